@@ -1,0 +1,58 @@
+// core/error: the one exception type of TeraIO. Every failure the library reports is a
+// teraio::Error carrying a kind (for callers that branch on it), the system errno where one
+// exists, and a message that names the context (path, offset, size, tensor, operator).
+// The library never calls exit() or abort(), and never prints to stdout.
+#pragma once
+
+#include <cerrno>
+#include <source_location>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace teraio {
+
+enum class ErrorKind {
+  kInvalidArgument,  // bad input from the caller (sizes, options, paths)
+  kFormat,           // a malformed or inconsistent file (trace, plan, safetensors)
+  kIo,               // a failed or short system I/O call
+  kNoSpace,          // a preallocation or write that found no room (ENOSPC)
+  kTierFull,         // a tier has no room left under its configured capacity
+  kChecksum,         // data read back does not match the checksum written with it
+  kCuda,             // a CUDA runtime call failed
+  kCuFile,           // a cuFile call failed (decoded)
+  kInfeasible,       // no plan meets the budget
+  kShutdown,         // work submitted to, or cancelled by, an engine that is closing
+  kUnsupported,      // a feature this build or machine does not have
+  kInternal,         // a broken invariant inside TeraIO: a bug
+};
+
+std::string_view to_string(ErrorKind kind);
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& message, int sys_errno = 0);
+
+  ErrorKind kind() const noexcept { return kind_; }
+  // errno of the failed system call, 0 when the error did not come from one.
+  int sys_errno() const noexcept { return errno_; }
+
+ private:
+  ErrorKind kind_;
+  int errno_;
+};
+
+// Throws Error{kind} with "what: strerror(err)" as message; kNoSpace for ENOSPC/EDQUOT.
+[[noreturn]] void throw_system_error(const std::string& what, int err);
+
+// Throws kInternal naming the source location: for invariants that only a bug can break.
+[[noreturn]] void throw_internal(std::string_view what,
+                                 std::source_location where = std::source_location::current());
+
+}  // namespace teraio
+
+// Checks an invariant that only a TeraIO bug can break; stays on in release builds.
+#define TERAIO_ASSERT(cond)                                            \
+  do {                                                                 \
+    if (!(cond)) ::teraio::throw_internal("assertion failed: " #cond); \
+  } while (false)

@@ -1,0 +1,47 @@
+// io/device_copy: asynchronous copies between "device memory" and host memory, with
+// completion events. Two implementations: CUDA (a dedicated stream per direction,
+// cudaMemcpyAsync, events) and host (for CPU-only machines, where device memory is ordinary
+// memory: this is how CPU training is expanded with SSDs and how CI tests the whole engine).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace teraio::io {
+
+// Where a buffer handed to the engine lives.
+enum class MemoryKind { kHost, kDevice };
+
+// Completion of one asynchronous copy. wait() rethrows a copy failure as teraio::Error.
+class CopyEvent {
+ public:
+  virtual ~CopyEvent() = default;
+  virtual bool ready() = 0;
+  virtual void wait() = 0;
+};
+
+class DeviceCopier {
+ public:
+  virtual ~DeviceCopier() = default;
+  // "host" or "cuda:N": reported by the engine, never guessed.
+  virtual std::string name() const = 0;
+  virtual bool is_cuda() const = 0;
+  // Starts a copy; the event completes when all n bytes have arrived. Host buffers should be
+  // pinned (see pin()) for full speed on CUDA.
+  virtual std::unique_ptr<CopyEvent> to_host(void* host_dst, const void* device_src, std::size_t n) = 0;
+  virtual std::unique_ptr<CopyEvent> to_device(void* device_dst, const void* host_src, std::size_t n) = 0;
+  // Page-locks host memory for DMA (cudaHostRegister); no-op for the host copier.
+  virtual void pin(void* host, std::size_t n) = 0;
+  virtual void unpin(void* host) = 0;
+  // Device memory for tests and benchmarks (cudaMalloc / aligned host memory).
+  virtual void* allocate_device(std::size_t n) = 0;
+  virtual void free_device(void* device) = 0;
+};
+
+std::unique_ptr<DeviceCopier> make_host_copier();
+// Throws Error{kUnsupported} in a build without CUDA, Error{kCuda} when the device is absent.
+std::unique_ptr<DeviceCopier> make_cuda_copier(int device);
+bool cuda_compiled_in();
+
+}  // namespace teraio::io

@@ -1,0 +1,27 @@
+// plan/hardware: the machine the planner plans for and the simulator replays on — the GPU
+// memory budget, the capacities of the host and SSD tiers, and the bandwidths and latency of
+// the migration channels. Without GPUDirect Storage, SSD traffic also crosses PCIe through
+// host memory, so it occupies the PCIe channel of its direction too.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace teraio::plan {
+
+struct Hardware {
+  std::uint64_t gpu_budget = 0;        // bytes of device memory tracked tensors may occupy
+  std::uint64_t host_capacity = 0;     // pinned host tier cap; 0 disables the tier
+  std::uint64_t ssd_capacity = 0;      // SSD tier capacity (all paths together); 0 disables it
+  double d2h_bandwidth = 55e9;         // bytes/s, device to host (PCIe)
+  double h2d_bandwidth = 55e9;         // bytes/s, host to device (PCIe)
+  double ssd_write_bandwidth = 2.2e9;  // bytes/s, all SSD paths together
+  double ssd_read_bandwidth = 1.7e9;   // bytes/s, all SSD paths together
+  bool gpudirect = false;              // SSD traffic bypasses the PCIe/host channel
+  double request_latency_s = 20e-6;    // fixed cost per migration request
+
+  // One-line human description ("budget 24.0 GiB, host 64.0 GiB, ...").
+  std::string describe() const;
+};
+
+}  // namespace teraio::plan

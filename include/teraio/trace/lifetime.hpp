@@ -1,0 +1,46 @@
+// trace/lifetime: when each tensor is active and when it is idle. An inactive period is the
+// gap between two consecutive uses of a tensor; for persistent tensors the gap between the
+// last use in a step and the first use of the next step wraps around the step boundary.
+// These periods are what the planner can move tensors out of device memory in.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "teraio/trace/trace.hpp"
+
+namespace teraio::trace {
+
+struct InactivePeriod {
+  std::uint32_t tensor = 0;  // index into Trace::tensors
+  OpIndex last_use = 0;      // the tensor is used by this operator, then idle
+  OpIndex next_use = 0;      // ... until this operator uses it again
+  // True when next_use belongs to the next step (next_use <= last_use in op indices).
+  bool wraps = false;
+  // Number of operators strictly between the two uses, and their total duration.
+  std::uint32_t idle_ops = 0;
+  double idle_s = 0;
+};
+
+// Cumulative operator start times: start_s[k] = sum of durations of ops [0, k); size n+1,
+// so start_s[n] is the step time. The unit every time-based computation shares.
+std::vector<double> op_start_times(const Trace& trace);
+
+// All inactive periods of a single-step trace, sorted by (tensor, last_use). Periods with no
+// operator in between (idle_ops == 0) are omitted: nothing can move in them.
+std::vector<InactivePeriod> inactive_periods(const Trace& trace);
+
+// Device memory demand while each operator runs without any migration: untracked bytes plus
+// every persistent tensor plus every step-local tensor between its first and last use
+// (inclusive). Size ops.size().
+std::vector<std::uint64_t> memory_demand(const Trace& trace);
+
+// Bytes of the tensors each operator itself uses (the "active" share). Size ops.size().
+std::vector<std::uint64_t> active_bytes(const Trace& trace);
+
+// The operators and tensor uses of step `step` of a multi-step trace, re-indexed from 0
+// (tensors not used in that step are dropped, persistent ones kept). Throws
+// Error{kInvalidArgument} for a step out of range.
+Trace extract_step(const Trace& trace, std::size_t step);
+
+}  // namespace teraio::trace

@@ -1,0 +1,69 @@
+// trace/trace: the lifetime trace of one or more training steps — the operator sequence
+// with measured durations and phases, the tensors with sizes and kinds, and for every tensor
+// the operators that use it. It is what the profiler records and what the planner and
+// simulator consume; it knows nothing of PyTorch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace teraio::trace {
+
+// Position of an operator in the trace's operator sequence (0-based).
+using OpIndex = std::uint32_t;
+// Identity of a tensor that is stable across steps (assigned by the profiler or generator).
+using TensorId = std::uint64_t;
+
+enum class Phase : std::uint8_t { kForward, kBackward, kOptimizer, kOther };
+enum class TensorKind : std::uint8_t {
+  kParameter,
+  kGradient,
+  kOptimizerState,
+  kActivation,
+  kTemporary,
+  kOther,
+};
+
+std::string_view to_string(Phase phase);
+std::string_view to_string(TensorKind kind);
+// Inverse of to_string; throw Error{kFormat} for unknown names.
+Phase parse_phase(std::string_view name);
+TensorKind parse_tensor_kind(std::string_view name);
+
+struct Operator {
+  std::string name;       // e.g. "aten::mm"
+  double duration_s = 0;  // measured (or modelled) execution time, excluding migration waits
+  Phase phase = Phase::kOther;
+};
+
+struct Tensor {
+  TensorId id = 0;
+  std::uint64_t bytes = 0;
+  TensorKind kind = TensorKind::kOther;
+  // Persistent tensors (weights, gradients kept across steps, optimizer states) live across
+  // the step boundary: their last inactive period wraps into the next step. Others live from
+  // their first use to their last use within the trace.
+  bool persistent = false;
+  std::string name;           // optional, for humans ("layers.3.mlp.up_proj.weight")
+  std::vector<OpIndex> uses;  // operators that read or write it: sorted, unique
+};
+
+struct Trace {
+  std::vector<Operator> ops;
+  std::vector<Tensor> tensors;
+  // Index of the first operator of each step; {0} for a single-step trace. Sorted, starts at 0.
+  std::vector<OpIndex> step_begins{0};
+  // Device memory that exists outside the tracked tensors (context, workspaces, allocator
+  // slack); counted in every operator's memory demand, never movable.
+  std::uint64_t untracked_bytes = 0;
+  // Free-form description: model, device, source ("profiled", "synthetic").
+  std::string source;
+};
+
+// Checks the invariants above and that every use names an existing operator; throws
+// Error{kFormat} naming the tensor or operator that breaks one.
+void validate(const Trace& trace);
+
+}  // namespace teraio::trace

@@ -1,0 +1,48 @@
+// The host implementation of DeviceCopier: "device memory" is ordinary memory, so a copy is
+// a memcpy that has completed when the call returns.
+#include <cstdlib>
+#include <cstring>
+
+#include "teraio/core/error.hpp"
+#include "teraio/core/strings.hpp"
+#include "teraio/core/units.hpp"
+#include "teraio/io/device_copy.hpp"
+
+namespace teraio::io {
+namespace {
+
+class CompletedEvent final : public CopyEvent {
+ public:
+  bool ready() override { return true; }
+  void wait() override {}
+};
+
+class HostCopier final : public DeviceCopier {
+ public:
+  std::string name() const override { return "host"; }
+  bool is_cuda() const override { return false; }
+  std::unique_ptr<CopyEvent> to_host(void* host_dst, const void* device_src, std::size_t n) override {
+    if (n > 0) std::memcpy(host_dst, device_src, n);
+    return std::make_unique<CompletedEvent>();
+  }
+  std::unique_ptr<CopyEvent> to_device(void* device_dst, const void* host_src, std::size_t n) override {
+    if (n > 0) std::memcpy(device_dst, host_src, n);
+    return std::make_unique<CompletedEvent>();
+  }
+  void pin(void*, std::size_t) override {}
+  void unpin(void*) override {}
+  void* allocate_device(std::size_t n) override {
+    void* p = std::aligned_alloc(kPageSize, align_up(n == 0 ? 1 : n, kPageSize));
+    if (p == nullptr) throw Error(ErrorKind::kIo, cat("cannot allocate ", n, " bytes of host-device memory"));
+    return p;
+  }
+  void free_device(void* device) override { std::free(device); }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCopier> make_host_copier() {
+  return std::make_unique<HostCopier>();
+}
+
+}  // namespace teraio::io

@@ -1,0 +1,16 @@
+// Built when the CUDA toolkit is absent: the CUDA copier is reported as unavailable.
+#include "teraio/core/error.hpp"
+#include "teraio/io/device_copy.hpp"
+
+namespace teraio::io {
+
+bool cuda_compiled_in() {
+  return false;
+}
+
+std::unique_ptr<DeviceCopier> make_cuda_copier(int) {
+  throw Error(ErrorKind::kUnsupported,
+              "this TeraIO build has no CUDA support (configure with the CUDA toolkit present)");
+}
+
+}  // namespace teraio::io
