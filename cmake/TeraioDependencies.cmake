@@ -1,16 +1,31 @@
 # Finds required and optional dependencies; results are printed by TeraioSummary.
 find_package(Threads REQUIRED)
-find_package(nlohmann_json 3.10 REQUIRED)
+# Machines without Debian's -dev packages (the GPU machines) build with copies of them carried
+# in .deps/ (scripts/gpu/stage-deps.sh makes it); the system packages win where they exist.
+set(TERAIO_DEPS_DIR ${PROJECT_SOURCE_DIR}/.deps)
 
-# xxHash: Debian ships a header and a shared library but no CMake package.
-find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
-find_library(XXHASH_LIBRARY NAMES xxhash REQUIRED)
-add_library(teraio::xxhash UNKNOWN IMPORTED)
+find_package(nlohmann_json 3.10 QUIET)
+if(NOT nlohmann_json_FOUND)
+  find_path(NLOHMANN_JSON_INCLUDE_DIR nlohmann/json.hpp PATHS ${TERAIO_DEPS_DIR}/nlohmann/include REQUIRED)
+  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
+  set_target_properties(nlohmann_json::nlohmann_json PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${NLOHMANN_JSON_INCLUDE_DIR})
+endif()
+
+# xxHash, used header-only (XXH_INLINE_ALL) so no shared library has to travel with the build.
+find_path(XXHASH_INCLUDE_DIR xxhash.h PATHS ${TERAIO_DEPS_DIR}/xxhash/include REQUIRED)
+add_library(teraio::xxhash INTERFACE IMPORTED)
 set_target_properties(teraio::xxhash PROPERTIES
-  IMPORTED_LOCATION ${XXHASH_LIBRARY} INTERFACE_INCLUDE_DIRECTORIES ${XXHASH_INCLUDE_DIR})
+  INTERFACE_INCLUDE_DIRECTORIES ${XXHASH_INCLUDE_DIR} INTERFACE_COMPILE_DEFINITIONS XXH_INLINE_ALL)
 
 if(TERAIO_BUILD_TESTS)
-  find_package(GTest REQUIRED)
+  find_package(GTest QUIET)
+  if(NOT GTest_FOUND)
+    if(NOT EXISTS ${TERAIO_DEPS_DIR}/googletest/CMakeLists.txt)
+      message(FATAL_ERROR "GoogleTest not found: install libgtest-dev (scripts/install-deps.sh) or stage .deps/googletest")
+    endif()
+    set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+    add_subdirectory(${TERAIO_DEPS_DIR}/googletest ${CMAKE_BINARY_DIR}/googletest EXCLUDE_FROM_ALL SYSTEM)
+  endif()
   include(GoogleTest)
 endif()
 if(TERAIO_BUILD_BENCHMARKS)
@@ -20,9 +35,9 @@ endif()
 # liburing: system package, or a carried copy (headers + static lib) under .deps/liburing.
 set(TERAIO_HAVE_URING OFF)
 if(NOT TERAIO_WITH_URING STREQUAL "OFF")
-  find_path(URING_INCLUDE_DIR liburing.h HINTS ${PROJECT_SOURCE_DIR}/.deps/liburing/usr/include)
+  find_path(URING_INCLUDE_DIR liburing.h PATHS ${TERAIO_DEPS_DIR}/liburing/usr/include)
   find_library(URING_LIBRARY NAMES liburing.a uring
-    HINTS ${PROJECT_SOURCE_DIR}/.deps/liburing/usr/lib/x86_64-linux-gnu)
+    PATHS ${TERAIO_DEPS_DIR}/liburing/usr/lib/x86_64-linux-gnu)
   if(URING_INCLUDE_DIR AND URING_LIBRARY)
     set(TERAIO_HAVE_URING ON)
     add_library(teraio::uring UNKNOWN IMPORTED)
