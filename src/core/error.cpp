@@ -32,7 +32,7 @@ void throw_system_error(const std::string& what, int err) {
   throw Error(kind, cat(what, ": ", std::strerror(err), " (errno ", err, ")"), err);
 }
 
-void throw_internal(std::string_view what, std::source_location where) {
+void throw_internal(std::string_view what, SourceLocation where) {
   throw Error(ErrorKind::kInternal,
               cat("TeraIO internal error at ", where.file_name(), ":", where.line(), ": ", what));
 }

@@ -45,9 +45,29 @@ class Error : public std::runtime_error {
 // Throws Error{kind} with "what: strerror(err)" as message; kNoSpace for ENOSPC/EDQUOT.
 [[noreturn]] void throw_system_error(const std::string& what, int err);
 
+// std::source_location needs a compiler builtin that clang 14 (the fuzzer build) lacks; the
+// stand-in records the same file and line through builtins both compilers have.
+#if defined(__cpp_lib_source_location)
+using SourceLocation = std::source_location;
+#else
+class SourceLocation {
+ public:
+  static constexpr SourceLocation current(const char* file = __builtin_FILE(),
+                                          unsigned line = __builtin_LINE()) {
+    return SourceLocation(file, line);
+  }
+  constexpr const char* file_name() const { return file_; }
+  constexpr unsigned line() const { return line_; }
+
+ private:
+  constexpr SourceLocation(const char* file, unsigned line) : file_(file), line_(line) {}
+  const char* file_;
+  unsigned line_;
+};
+#endif
+
 // Throws kInternal naming the source location: for invariants that only a bug can break.
-[[noreturn]] void throw_internal(std::string_view what,
-                                 std::source_location where = std::source_location::current());
+[[noreturn]] void throw_internal(std::string_view what, SourceLocation where = SourceLocation::current());
 
 }  // namespace teraio
 

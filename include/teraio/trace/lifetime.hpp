@@ -2,6 +2,7 @@
 // gap between two consecutive uses of a tensor; for persistent tensors the gap between the
 // last use in a step and the first use of the next step wraps around the step boundary.
 // These periods are what the planner can move tensors out of device memory in.
+// Every function here expects a trace that passed validate(); each costs O(ops + uses).
 #pragma once
 
 #include <cstdint>
@@ -28,7 +29,12 @@ std::vector<double> op_start_times(const Trace& trace);
 
 // All inactive periods of a single-step trace, sorted by (tensor, last_use). Periods with no
 // operator in between (idle_ops == 0) are omitted: nothing can move in them.
+// A multi-step trace is treated as one repeating unit: wrapping periods run from the last
+// use in the trace to the first use in it.
 std::vector<InactivePeriod> inactive_periods(const Trace& trace);
+// The same, reusing start times from op_start_times(trace) (throws Error{kInvalidArgument}
+// when their count does not match).
+std::vector<InactivePeriod> inactive_periods(const Trace& trace, const std::vector<double>& start_s);
 
 // Device memory demand while each operator runs without any migration: untracked bytes plus
 // every persistent tensor plus every step-local tensor between its first and last use
@@ -39,7 +45,8 @@ std::vector<std::uint64_t> memory_demand(const Trace& trace);
 std::vector<std::uint64_t> active_bytes(const Trace& trace);
 
 // The operators and tensor uses of step `step` of a multi-step trace, re-indexed from 0
-// (tensors not used in that step are dropped, persistent ones kept). Throws
+// (tensors not used in that step are dropped, since a tensor without uses is invalid; the
+// others keep their id, size, kind and persistence). Throws
 // Error{kInvalidArgument} for a step out of range.
 Trace extract_step(const Trace& trace, std::size_t step);
 

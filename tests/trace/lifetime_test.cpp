@@ -1,0 +1,181 @@
+#include "teraio/trace/lifetime.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "teraio/core/error.hpp"
+#include "trace_builders.hpp"
+
+namespace teraio::trace {
+namespace {
+
+using testing::add_tensor;
+using testing::make_trace;
+
+TEST(OpStartTimes, CumulativeWithStepTimeAtEnd) {
+  const Trace t = make_trace({1, 2, 0.5});
+  EXPECT_EQ(op_start_times(t), (std::vector<double>{0, 1, 3, 3.5}));
+  EXPECT_EQ(op_start_times(Trace{}), std::vector<double>{0});
+}
+
+TEST(InactivePeriods, GapsBetweenUsesOfAStepLocalTensor) {
+  Trace t = make_trace({1, 2, 3, 4, 5, 6});
+  add_tensor(t, 10, {0, 1, 4});  // gap 1->4 holds ops 2,3; 0->1 is adjacent, omitted
+  const auto p = inactive_periods(t);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].tensor, 0u);
+  EXPECT_EQ(p[0].last_use, 1u);
+  EXPECT_EQ(p[0].next_use, 4u);
+  EXPECT_FALSE(p[0].wraps);
+  EXPECT_EQ(p[0].idle_ops, 2u);
+  EXPECT_DOUBLE_EQ(p[0].idle_s, 3 + 4);
+}
+
+TEST(InactivePeriods, PersistentTensorWrapsAroundTheStep) {
+  Trace t = make_trace({1, 2, 3, 4, 5, 6});
+  add_tensor(t, 10, {1, 3}, /*persistent=*/true);
+  const auto p = inactive_periods(t);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].last_use, 1u);
+  EXPECT_EQ(p[0].next_use, 3u);
+  EXPECT_EQ(p[0].idle_ops, 1u);
+  EXPECT_DOUBLE_EQ(p[0].idle_s, 3);
+  // After op 3: ops 4, 5 to the end of the step, then op 0 of the next step.
+  EXPECT_TRUE(p[1].wraps);
+  EXPECT_EQ(p[1].last_use, 3u);
+  EXPECT_EQ(p[1].next_use, 1u);
+  EXPECT_EQ(p[1].idle_ops, 3u);
+  EXPECT_DOUBLE_EQ(p[1].idle_s, 5 + 6 + 1);
+}
+
+TEST(InactivePeriods, PersistentTensorUsedOnceIdlesAllOtherOps) {
+  Trace t = make_trace({1, 2, 3, 4});
+  add_tensor(t, 10, {2}, true);
+  const auto p = inactive_periods(t);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(p[0].wraps);
+  EXPECT_EQ(p[0].last_use, 2u);
+  EXPECT_EQ(p[0].next_use, 2u);
+  EXPECT_EQ(p[0].idle_ops, 3u);
+  EXPECT_DOUBLE_EQ(p[0].idle_s, 1 + 2 + 4);
+}
+
+TEST(InactivePeriods, WrapWithNoOpInBetweenIsOmitted) {
+  Trace t = make_trace({1, 2, 3});
+  add_tensor(t, 10, {0, 2}, true);  // last op then first op: adjacent across the boundary
+  const auto p = inactive_periods(t);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_FALSE(p[0].wraps);
+  EXPECT_EQ(p[0].idle_ops, 1u);
+}
+
+TEST(InactivePeriods, SortedByTensorThenLastUse) {
+  Trace t = make_trace({1, 1, 1, 1, 1, 1, 1, 1});
+  add_tensor(t, 1, {0, 3, 6}, true);
+  add_tensor(t, 1, {1, 5});
+  const auto p = inactive_periods(t);
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_EQ(p[0].tensor, 0u);
+  EXPECT_EQ(p[1].tensor, 0u);
+  EXPECT_EQ(p[2].tensor, 0u);
+  EXPECT_TRUE(p[2].wraps);
+  EXPECT_EQ(p[3].tensor, 1u);
+  EXPECT_LT(p[0].last_use, p[1].last_use);
+}
+
+TEST(InactivePeriods, RejectsMismatchedStartTimes) {
+  Trace t = make_trace({1, 2});
+  EXPECT_THROW(inactive_periods(t, {0, 1}), Error);
+}
+
+TEST(MemoryDemand, UntrackedPersistentAndLiveStepLocalTensors) {
+  Trace t = make_trace({1, 1, 1, 1, 1});
+  t.untracked_bytes = 1000;
+  add_tensor(t, 100, {2}, true);  // counted everywhere
+  add_tensor(t, 10, {1, 3});      // live on ops 1..3 inclusive
+  add_tensor(t, 1, {4});          // live on op 4 only
+  EXPECT_EQ(memory_demand(t), (std::vector<std::uint64_t>{1100, 1110, 1110, 1110, 1101}));
+  EXPECT_EQ(active_bytes(t), (std::vector<std::uint64_t>{0, 10, 100, 10, 1}));
+}
+
+// The difference-array computations against a direct per-operator scan on random traces.
+TEST(MemoryDemand, MatchesBruteForceOnRandomTraces) {
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 50; ++round) {
+    const int n = 1 + static_cast<int>(rng() % 40);
+    Trace t;
+    for (int k = 0; k < n; ++k)
+      t.ops.push_back({"op", 0.001 * static_cast<double>(rng() % 10), Phase::kOther});
+    t.untracked_bytes = rng() % 1000;
+    const int m = static_cast<int>(rng() % 20);
+    for (int i = 0; i < m; ++i) {
+      std::vector<OpIndex> uses;
+      for (int k = 0; k < n; ++k)
+        if (rng() % 4 == 0) uses.push_back(static_cast<OpIndex>(k));
+      if (uses.empty()) uses.push_back(static_cast<OpIndex>(rng() % static_cast<unsigned>(n)));
+      add_tensor(t, 1 + rng() % (1ull << 40), uses, rng() % 2 == 0);
+    }
+    validate(t);
+    const auto demand = memory_demand(t);
+    const auto active = active_bytes(t);
+    const auto start = op_start_times(t);
+    for (int k = 0; k < n; ++k) {
+      std::uint64_t want = t.untracked_bytes, want_active = 0;
+      for (const Tensor& x : t.tensors) {
+        const auto op = static_cast<OpIndex>(k);
+        if (x.persistent || (x.uses.front() <= op && op <= x.uses.back())) want += x.bytes;
+        if (std::find(x.uses.begin(), x.uses.end(), op) != x.uses.end()) want_active += x.bytes;
+      }
+      ASSERT_EQ(demand[static_cast<std::size_t>(k)], want);
+      ASSERT_EQ(active[static_cast<std::size_t>(k)], want_active);
+    }
+    // Every operator a tensor is idle on lies in exactly one of its periods (persistent
+    // tensors: all non-use ops; step-local: non-use ops between first and last use).
+    std::vector<std::uint32_t> idle_count(t.tensors.size(), 0);
+    for (const auto& p : inactive_periods(t)) {
+      idle_count[p.tensor] += p.idle_ops;
+      ASSERT_GT(p.idle_ops, 0u);
+      ASSERT_GE(p.idle_s, 0);
+    }
+    for (std::size_t i = 0; i < t.tensors.size(); ++i) {
+      const Tensor& x = t.tensors[i];
+      const std::uint32_t span =
+          x.persistent ? static_cast<std::uint32_t>(n) : x.uses.back() - x.uses.front() + 1;
+      ASSERT_EQ(idle_count[i], span - x.uses.size()) << "tensor " << i;
+    }
+  }
+}
+
+TEST(ExtractStep, ReindexesOpsAndDropsUnusedTensors) {
+  Trace t = make_trace({1, 2, 3, 4, 5});
+  t.step_begins = {0, 2};
+  t.untracked_bytes = 7;
+  add_tensor(t, 10, {0, 3}, true);
+  add_tensor(t, 20, {1});
+  add_tensor(t, 30, {2, 4});
+  validate(t);
+  const Trace s = extract_step(t, 1);
+  EXPECT_EQ(s.ops.size(), 3u);
+  EXPECT_EQ(s.ops[0].duration_s, 3);
+  EXPECT_EQ(s.step_begins, std::vector<OpIndex>{0});
+  EXPECT_EQ(s.untracked_bytes, 7u);
+  ASSERT_EQ(s.tensors.size(), 2u);
+  EXPECT_EQ(s.tensors[0].uses, std::vector<OpIndex>{1});
+  EXPECT_TRUE(s.tensors[0].persistent);
+  EXPECT_EQ(s.tensors[1].uses, (std::vector<OpIndex>{0, 2}));
+  EXPECT_EQ(s.tensors[1].bytes, 30u);
+  validate(s);
+  const Trace s0 = extract_step(t, 0);
+  EXPECT_EQ(s0.ops.size(), 2u);
+  EXPECT_EQ(s0.tensors.size(), 2u);
+  try {
+    extract_step(t, 2);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace teraio::trace
