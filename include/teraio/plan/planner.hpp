@@ -1,9 +1,10 @@
 // plan/planner: the I/O-bandwidth-aware migration planner (the paper's Algorithm 1, with the
-// improvements documented in the README). Given a single-step trace and the hardware, it
+// improvements documented in docs/planner.md). Given a single-step trace and the hardware, it
 // chooses which inactive periods to move out of device memory, to which tier, and when, so
 // that peak memory fits the budget while every transfer fits the bandwidth that is left.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,23 +19,66 @@ struct PlannerOptions {
   // Second pass that moves prefetches earlier while memory stays under budget, so that
   // timing jitter does not turn into stalls (G10's pass, dropped by the paper).
   bool early_prefetch = true;
+  // How far earlier the pass may move a prefetch, as a multiple of its own transfer time;
+  // bounded so that one prefetch does not take the memory headroom every other one could
+  // use. 3 measured better than 1 and close to 10 under jitter (docs/planner.md).
+  double early_prefetch_lead = 3.0;
+  // Credit a migration only with the over-budget part of the memory it frees, per byte
+  // moved: Σ τ[k]·min(size, M[k] − budget) / size over the operators it covers (bounded
+  // above by min(Σ τ_over, Σ τ·excess / size)). Off: the paper's size × Σ τ[k] over the
+  // over-budget operators, per byte. On helps where a big tensor would free far more than
+  // is missing, but on the synthetic Llama traces it moved ~5% more bytes in ~20% more
+  // migrations for the same smallest feasible budget (docs/planner.md): off by default.
+  bool credit_over_budget_only = false;
+  // Lazy greedy: a candidate whose fresh score is within this fraction of the best stored
+  // score is taken without re-scoring the others. 0 is the exact greedy; a little slack
+  // avoids re-scoring thousands of near-equal candidates after every choice.
+  double score_tolerance = 0.25;
+  // On an infeasible budget, search for the smallest feasible budget (each probe is one
+  // planner run, the first at the peak this run reached, then bisection to within 0.4%);
+  // at most this many probes, 0 disables the search (the unplanned peak is reported).
+  int diagnosis_probes = 6;
+};
+
+// What the planner did, for reports and for comparing planner variants.
+struct PlanStats {
+  std::size_t periods = 0;          // inactive periods long enough to migrate in
+  std::size_t evaluations = 0;      // candidate (re)scorings: the greedy's work
+  std::size_t offloads = 0;         // periods moved out (each gives an offload and a prefetch)
+  std::size_t urgent = 0;           // migrations that must finish before the next operator
+  std::uint64_t bytes_to_ssd = 0;   // per step
+  std::uint64_t bytes_to_host = 0;  // per step
+  std::uint64_t host_peak = 0;      // largest host-tier occupancy over the step
+  std::uint64_t ssd_used = 0;       // SSD space: one extent per tensor sent there
+  // Prefetch slack: time from issue to deadline minus the transfer time at the route's full
+  // bandwidth. What the early-prefetch pass raises; stalls under jitter eat into it.
+  double min_prefetch_slack_s = 0;
+  double mean_prefetch_slack_s = 0;
+  double planning_s = 0;  // wall time of make_plan, diagnosis included
 };
 
 // Why a budget cannot be met, when it cannot.
 struct Diagnosis {
   bool feasible = false;
-  std::uint64_t min_feasible_budget = 0;  // smallest budget at which a plan exists
-  std::vector<trace::OpIndex> stuck_ops;  // operators whose memory cannot be brought down
-  std::string message;                    // human-readable summary
+  // Smallest budget at which a plan was found (PlannerOptions::diagnosis_probes); the
+  // budget itself when it is feasible (not searched then).
+  std::uint64_t min_feasible_budget = 0;
+  // Operators whose memory cannot be brought down: those where what no plan can move
+  // exceeds the budget when there are any, else those still over budget after planning.
+  std::vector<trace::OpIndex> stuck_ops;
+  std::string message;  // human-readable summary
 };
 
 struct PlanResult {
   Plan plan;
   Diagnosis diagnosis;
+  PlanStats stats;
 };
 
 // Deterministic: the same inputs give the same plan. Never throws for an infeasible budget
 // (the diagnosis says so); throws Error{kInvalidArgument} for an invalid trace or hardware.
+// The trace is planned as one repeating unit (a multi-step trace: extract one step first
+// with trace::extract_step). Costs O((ops + uses) log ops) per run in practice.
 PlanResult make_plan(const trace::Trace& trace, const Hardware& hardware, const PlannerOptions& options = {});
 
 }  // namespace teraio::plan

@@ -1,0 +1,56 @@
+// The greedy core of the planner (Algorithm 1 with a lazy priority queue) and the
+// early-prefetch pass. make_plan() wraps it with validation, the plan records and the
+// diagnosis.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "teraio/plan/hardware.hpp"
+#include "teraio/plan/plan.hpp"
+#include "teraio/plan/planner.hpp"
+#include "teraio/trace/lifetime.hpp"
+#include "teraio/trace/trace.hpp"
+
+namespace teraio::plan::detail {
+
+// Where one inactive period goes and when, as offsets into its idle window (offset 0 is the
+// operator after its last use; the window ends just before its next use).
+struct Choice {
+  Tier tier = Tier::kSsd;
+  std::size_t offload_last = 0;     // offload completes during this offset
+  std::size_t prefetch_booked = 0;  // first offset of the prefetch's booked bandwidth
+  std::size_t prefetch_issue = 0;   // offset the prefetch is issued at (<= prefetch_booked)
+  double score = 0;                 // benefit per byte moved (seconds of over-budget time)
+};
+
+struct Accepted {
+  std::uint32_t period = 0;  // index into the periods given to run_greedy
+  Choice choice;
+};
+
+struct GreedyResult {
+  std::vector<Accepted> accepted;
+  std::vector<std::int64_t> demand_after;  // per operator, with the plan applied
+  std::uint64_t host_peak = 0;
+  std::uint64_t ssd_used = 0;
+  std::size_t evaluations = 0;
+};
+
+struct GreedyInput {
+  const trace::Trace* trace = nullptr;
+  const std::vector<trace::InactivePeriod>* periods = nullptr;
+  std::vector<std::int64_t> demand;  // per operator, without migrations
+  std::vector<double> start_s;       // op_start_times(trace)
+  Hardware hardware;
+  PlannerOptions options;
+};
+
+GreedyResult run_greedy(const GreedyInput& input);
+
+// Shortest idle window (in operators) a migration fits in: one operator to offload during,
+// one where the tensor is away, one to prefetch during.
+inline constexpr std::uint32_t kMinIdleOps = 3;
+
+}  // namespace teraio::plan::detail

@@ -1,0 +1,204 @@
+// Hand-made traces where the right plan can be worked out on paper.
+#include <gtest/gtest.h>
+
+#include "planner_test_util.hpp"
+#include "teraio/core/error.hpp"
+#include "teraio/plan/planner.hpp"
+
+namespace teraio::plan {
+namespace {
+
+using testing::add_tensor;
+using testing::check_plan;
+using testing::ops_trace;
+using testing::uniform_hardware;
+
+// Ten 1 s operators; tensor T (100 B) used at ops 0 and 9, tensor U (60 B) at ops 4-5.
+// Demand is 100 everywhere and 160 at ops 4-5: T must be away during ops 4-5.
+trace::Trace idle_tensor_trace() {
+  trace::Trace t = ops_trace(10);
+  add_tensor(t, 100, {0, 9});
+  add_tensor(t, 60, {4, 5});
+  return t;
+}
+
+Migration find(const Plan& plan, Direction direction) {
+  for (const Migration& m : plan.migrations)
+    if (m.direction == direction) return m;
+  ADD_FAILURE() << "no " << to_string(direction);
+  return {};
+}
+
+TEST(Planner, OffloadsTheIdleTensorAsEarlyAndPrefetchesAsLateAsBandwidthAllows) {
+  const trace::Trace t = idle_tensor_trace();
+  PlannerOptions options;
+  options.early_prefetch = false;
+  const PlanResult r = make_plan(t, uniform_hardware(100, 100), options);
+  ASSERT_TRUE(r.plan.feasible) << r.diagnosis.message;
+  EXPECT_EQ(r.plan.peak_before, 160u);
+  EXPECT_LE(r.plan.peak_after, 100u);
+  ASSERT_EQ(r.plan.migrations.size(), 2u);
+  const Migration off = find(r.plan, Direction::kOffload);
+  const Migration pre = find(r.plan, Direction::kPrefetch);
+  EXPECT_EQ(off.tensor, t.tensors[0].id);
+  EXPECT_EQ(off.tier, Tier::kSsd);  // SSD preferred
+  EXPECT_EQ(off.issue_before, 1u);  // right after the use at op 0
+  EXPECT_EQ(off.deadline, 2u);      // 100 B at 100 B/s: done during op 1
+  EXPECT_TRUE(off.urgent);
+  EXPECT_EQ(pre.issue_before, 8u);  // the latest start that finishes before op 9
+  EXPECT_EQ(pre.deadline, 9u);
+  EXPECT_TRUE(check_plan(t, r.plan).violations.empty());
+}
+
+TEST(Planner, EarlyPrefetchMovesThePrefetchEarlierWithinBudget) {
+  const trace::Trace t = idle_tensor_trace();
+  PlannerOptions one_transfer;
+  one_transfer.early_prefetch_lead = 1.0;
+  const PlanResult r = make_plan(t, uniform_hardware(100, 100), one_transfer);
+  ASSERT_TRUE(r.plan.feasible);
+  const Migration pre = find(r.plan, Direction::kPrefetch);
+  EXPECT_EQ(pre.issue_before, 7u);  // one transfer time (1 s) earlier; memory at op 7 stays at 100
+  EXPECT_FALSE(pre.urgent);
+  // Three transfer times would reach op 5, but U is there: T cannot be back before op 6.
+  EXPECT_EQ(find(make_plan(t, uniform_hardware(100, 100)).plan, Direction::kPrefetch).issue_before, 6u);
+  EXPECT_GT(r.stats.min_prefetch_slack_s, 0.99);
+  const testing::CheckResult check = check_plan(t, r.plan);
+  EXPECT_TRUE(check.violations.empty());
+  EXPECT_LE(check.peak, 100u);
+}
+
+TEST(Planner, FallsBackToHostWhenTheSsdIsTooSlow) {
+  const trace::Trace t = idle_tensor_trace();
+  Hardware hw = uniform_hardware(100, 100);
+  hw.ssd_write_bandwidth = 10;  // 10 s to write 100 B: no room in the window
+  const PlanResult r = make_plan(t, hw);
+  ASSERT_TRUE(r.plan.feasible);
+  EXPECT_EQ(find(r.plan, Direction::kOffload).tier, Tier::kHost);
+  EXPECT_EQ(r.stats.bytes_to_host, 100u);
+  EXPECT_EQ(r.stats.host_peak, 100u);
+}
+
+TEST(Planner, BounceThroughHostSharesThePcieChannel) {
+  const trace::Trace t = idle_tensor_trace();
+  Hardware hw = uniform_hardware(100, 100);
+  hw.gpudirect = false;
+  hw.d2h_bandwidth = 50;  // the SSD route is limited by PCIe: two operators to offload
+  const PlanResult r = make_plan(t, hw);
+  ASSERT_TRUE(r.plan.feasible);
+  const Migration off = find(r.plan, Direction::kOffload);
+  EXPECT_EQ(off.tier, Tier::kSsd);
+  EXPECT_EQ(off.deadline, 3u);
+  EXPECT_TRUE(check_plan(t, r.plan).violations.empty());
+}
+
+TEST(Planner, TooLittleBandwidthIsInfeasibleWithADiagnosis) {
+  const trace::Trace t = idle_tensor_trace();
+  const PlanResult r = make_plan(t, uniform_hardware(100, 10));  // 10 s per transfer, 8 idle ops
+  EXPECT_FALSE(r.plan.feasible);
+  EXPECT_FALSE(r.diagnosis.feasible);
+  EXPECT_TRUE(r.plan.migrations.empty());
+  EXPECT_EQ(r.diagnosis.stuck_ops, (std::vector<trace::OpIndex>{4, 5}));
+  EXPECT_EQ(r.diagnosis.min_feasible_budget, 160u);  // nothing can move at this bandwidth
+  EXPECT_NE(r.diagnosis.message.find("bandwidth"), std::string::npos) << r.diagnosis.message;
+}
+
+TEST(Planner, BudgetBelowTheActiveTensorsNamesTheOperators) {
+  const trace::Trace t = idle_tensor_trace();
+  const PlanResult r = make_plan(t, uniform_hardware(50, 100));
+  EXPECT_FALSE(r.plan.feasible);
+  // Ops 0 and 9 use T (100 B); ops 4-5 hold U (60 B) even with T away.
+  EXPECT_EQ(r.diagnosis.stuck_ops, (std::vector<trace::OpIndex>{0, 1, 4, 5, 8, 9}));
+  EXPECT_EQ(r.diagnosis.min_feasible_budget, 100u);
+  EXPECT_NE(r.diagnosis.message.find("operator 0 (op0)"), std::string::npos) << r.diagnosis.message;
+}
+
+TEST(Planner, RespectsTheHostCap) {
+  // T1 (100 B) idle over ops 1-8, T2 (100 B) over ops 2-7; U (150 B) at ops 4-5. Budget 200
+  // needs both away at ops 4-5 at once; the SSD tier is off, so the host must hold 200 B.
+  trace::Trace t = ops_trace(10);
+  add_tensor(t, 100, {0, 9});
+  add_tensor(t, 100, {1, 8});
+  add_tensor(t, 150, {4, 5});
+  Hardware hw = uniform_hardware(200, 1000);
+  hw.ssd_capacity = 0;
+  hw.host_capacity = 150;
+  const PlanResult small = make_plan(t, hw);
+  EXPECT_FALSE(small.plan.feasible);
+  EXPECT_LE(small.stats.host_peak, 150u);
+  EXPECT_LE(check_plan(t, small.plan).host_peak, 150u);
+  hw.host_capacity = 200;
+  const PlanResult enough = make_plan(t, hw);
+  EXPECT_TRUE(enough.plan.feasible) << enough.diagnosis.message;
+  EXPECT_EQ(enough.stats.host_peak, 200u);
+  EXPECT_TRUE(check_plan(t, enough.plan).violations.empty());
+}
+
+TEST(Planner, PersistentTensorWrapsAcrossTheStepBoundary) {
+  // Optimizer state O (100 B, persistent) used at op 8 only; activation A (100 B) at ops 2-3.
+  // O leaves after op 8, its offload runs through op 9 into op 0 of the next step, and it
+  // is back before op 8.
+  trace::Trace t = ops_trace(10);
+  add_tensor(t, 100, {8}, /*persistent=*/true);
+  add_tensor(t, 100, {2, 3});
+  PlannerOptions options;
+  options.early_prefetch = false;
+  const PlanResult r = make_plan(t, uniform_hardware(150, 50), options);
+  ASSERT_TRUE(r.plan.feasible) << r.diagnosis.message;
+  const Migration off = find(r.plan, Direction::kOffload);
+  const Migration pre = find(r.plan, Direction::kPrefetch);
+  EXPECT_EQ(off.issue_before, 9u);
+  EXPECT_EQ(off.deadline, 1u);  // wraps: deadline < issue_before
+  EXPECT_EQ(pre.issue_before, 6u);
+  EXPECT_EQ(pre.deadline, 8u);
+  const testing::CheckResult check = check_plan(t, r.plan);
+  EXPECT_TRUE(check.violations.empty());
+  EXPECT_LE(check.peak, 150u);
+}
+
+TEST(Planner, OverBudgetCreditPicksTheTensorThatIsJustBigEnough) {
+  // Big B (1000 B) and small S (60 B) are idle over the same window; ops 4-5 are 50 B over.
+  // The paper's score (size × over-budget time) ties them and the tie goes to B (lower id);
+  // crediting only the over-budget part prefers S, which moves 16× fewer bytes.
+  trace::Trace t = ops_trace(10);
+  add_tensor(t, 1000, {0, 9});
+  add_tensor(t, 60, {0, 9});
+  add_tensor(t, 50, {4, 5});
+  const Hardware hw = uniform_hardware(1060, 1e6);
+  PlannerOptions paper;
+  paper.credit_over_budget_only = false;
+  PlannerOptions over;
+  over.credit_over_budget_only = true;
+  const PlanResult a = make_plan(t, hw, paper);
+  const PlanResult b = make_plan(t, hw, over);
+  ASSERT_TRUE(a.plan.feasible);
+  ASSERT_TRUE(b.plan.feasible);
+  EXPECT_EQ(a.stats.bytes_to_ssd, 1000u);
+  EXPECT_EQ(b.stats.bytes_to_ssd, 60u);
+}
+
+TEST(Planner, NothingToDoWhenTheTraceFits) {
+  const trace::Trace t = idle_tensor_trace();
+  const PlanResult r = make_plan(t, uniform_hardware(1000, 100));
+  EXPECT_TRUE(r.plan.feasible);
+  EXPECT_TRUE(r.diagnosis.feasible);
+  EXPECT_TRUE(r.plan.migrations.empty());
+  EXPECT_EQ(r.plan.peak_after, 160u);
+}
+
+TEST(Planner, RejectsInvalidInput) {
+  trace::Trace t = idle_tensor_trace();
+  EXPECT_THROW(make_plan(t, uniform_hardware(0, 100)), Error);
+  Hardware hw = uniform_hardware(100, 100);
+  hw.ssd_read_bandwidth = -1;
+  EXPECT_THROW(make_plan(t, hw), Error);
+  t.tensors[0].uses = {12};
+  try {
+    make_plan(t, uniform_hardware(100, 100));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace teraio::plan

@@ -1,0 +1,330 @@
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "sim_test_util.hpp"
+#include "teraio/core/error.hpp"
+#include "teraio/plan/simulator.hpp"
+#include "teraio/plan/timeline.hpp"
+
+namespace teraio::plan {
+namespace {
+
+using simtest::add;
+using simtest::kGB;
+using simtest::offload;
+using simtest::prefetch;
+using simtest::unit_hardware;
+using simtest::unit_trace;
+
+std::size_t count(const SimulationResult& r, ViolationKind k) {
+  return r.violation_counts[static_cast<std::size_t>(k)];
+}
+
+TEST(Simulator, WithoutMigrationsTheStepIsIdeal) {
+  trace::Trace t = unit_trace(4);
+  add(t, kGB, {0, 3});
+  add(t, 2 * kGB, {1}, true);
+  t.untracked_bytes = kGB / 2;
+  const auto r = simulate(t, Plan{}, unit_hardware());
+  EXPECT_DOUBLE_EQ(r.step_time_s, 4.0);
+  EXPECT_DOUBLE_EQ(r.ideal_step_time_s, 4.0);
+  EXPECT_DOUBLE_EQ(r.stall_s, 0.0);
+  EXPECT_DOUBLE_EQ(r.share_of_ideal, 1.0);
+  EXPECT_EQ(r.peak_memory, 3 * kGB + kGB / 2);
+  EXPECT_TRUE(r.ok());
+}
+
+TEST(Simulator, PrefetchThatCannotFinishStallsByTheMissingTime) {
+  trace::Trace t = unit_trace(4);
+  const auto a = add(t, kGB, {0, 3}, true);
+  Plan p;
+  // Offload after op 0 (1 s at 1 GB/s, done when op 2 starts); prefetch issued only before
+  // op 3, which needs it: a full second of stall.
+  p.migrations = {offload(a, kGB, 1, 2), prefetch(a, kGB, 3, 3)};
+  Hardware hw = unit_hardware();
+  auto r = simulate(t, p, hw);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 5.0);
+  EXPECT_DOUBLE_EQ(r.stall_s, 1.0);
+  EXPECT_DOUBLE_EQ(r.stall_per_op[3], 1.0);
+  ASSERT_EQ(r.top_stalls.size(), 1u);
+  EXPECT_EQ(r.top_stalls[0].op, 3u);
+  EXPECT_TRUE(r.ok()) << r.describe(t);
+  EXPECT_EQ(r.memory_at_op[2], 0u);  // out while op 2 runs
+  EXPECT_EQ(r.memory_at_op[3], kGB);
+  EXPECT_EQ(r.tier_bytes[0][0], kGB);
+  EXPECT_EQ(r.tier_bytes[0][1], kGB);
+  EXPECT_EQ(r.channels[0].bytes, kGB);
+  EXPECT_DOUBLE_EQ(r.channels[1].busy_s, 1.0);
+  EXPECT_DOUBLE_EQ(r.channels[1].utilization, 1.0 / 5.0);
+
+  hw.request_latency_s = 0.25;  // paid once per request
+  r = simulate(t, p, hw);
+  EXPECT_DOUBLE_EQ(r.stall_per_op[2], 0.25);
+  EXPECT_DOUBLE_EQ(r.stall_per_op[3], 1.25);
+
+  p.migrations[1].issue_before = 2;  // in time
+  hw.request_latency_s = 0;
+  r = simulate(t, p, hw);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 4.0);
+  EXPECT_DOUBLE_EQ(r.stall_s, 0.0);
+}
+
+TEST(Simulator, SsdTrafficBouncesThroughPcieWithoutGds) {
+  trace::Trace t = unit_trace(4);
+  const auto a = add(t, kGB, {0, 3}, true);
+  Plan p;
+  p.migrations = {offload(a, kGB, 1, 2, Tier::kSsd), prefetch(a, kGB, 3, 3, Tier::kSsd)};
+  Hardware hw = unit_hardware();
+  hw.d2h_bandwidth = hw.h2d_bandwidth = 0.5e9;  // PCIe slower than the SSD here
+  // The bounce runs the SSD leg (1 s) and the PCIe leg (2 s) at the same time: each transfer
+  // takes 2 s. Op 2 waits until t=3 (stall 1); the prefetch issued at t=4 ends at 6 (stall 2).
+  auto r = simulate(t, p, hw);
+  EXPECT_DOUBLE_EQ(r.stall_per_op[2], 1.0);
+  EXPECT_DOUBLE_EQ(r.stall_per_op[3], 2.0);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 7.0);
+  for (std::size_t c = 0; c < kChannelCount; ++c) EXPECT_EQ(r.channels[c].bytes, kGB) << c;
+  EXPECT_EQ(r.tier_bytes[1][0], kGB);
+  EXPECT_EQ(r.ssd_peak, kGB);
+  EXPECT_TRUE(r.ok()) << r.describe(t);
+
+  hw.gpudirect = true;  // SSD channels only: 1 s each way
+  r = simulate(t, p, hw);
+  EXPECT_DOUBLE_EQ(r.stall_per_op[2], 0.0);
+  EXPECT_DOUBLE_EQ(r.stall_per_op[3], 1.0);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 5.0);
+  EXPECT_EQ(r.channels[0].bytes, 0u);
+  EXPECT_EQ(r.channels[1].bytes, 0u);
+}
+
+TEST(Simulator, ChannelServesUrgentThenEarliestDeadline) {
+  trace::Trace t = unit_trace(6);
+  const auto b = add(t, kGB, {0, 5});
+  const auto c = add(t, kGB, {0, 4});
+  Plan p;
+  // Listed C first: order on the channel must come from deadlines, not from the list.
+  p.migrations = {offload(c, kGB, 1, 3), offload(b, kGB, 1, 2), prefetch(c, kGB, 3, 4),
+                  prefetch(b, kGB, 3, 5)};
+  auto r = simulate(t, p, unit_hardware());
+  EXPECT_DOUBLE_EQ(r.stall_s, 0.0) << r.describe(t);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 6.0);
+  EXPECT_TRUE(r.ok());
+
+  p.migrations[3].urgent = true;  // B's prefetch jumps ahead of C's earlier deadline
+  r = simulate(t, p, unit_hardware());
+  EXPECT_DOUBLE_EQ(r.stall_per_op[4], 1.0);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 7.0);
+}
+
+TEST(Simulator, MoreUrgentRequestTakesTheChannelOverAtTheNextOperator) {
+  trace::Trace t = unit_trace(8);
+  const auto a = add(t, 3 * kGB, {0, 7});
+  const auto b = add(t, kGB, {0, 4});
+  Plan p;
+  // A's 3 s offload starts at t=1; B's, due earlier, is issued at t=2 and takes the channel
+  // (done at 3, no stall before op 3); A resumes and finishes at 5: op 4 waits 1 s. Serving
+  // A to the end first would have stalled op 3 by 2 s.
+  p.migrations = {offload(a, 3 * kGB, 1, 4), offload(b, kGB, 2, 3), prefetch(b, kGB, 3, 4),
+                  prefetch(a, 3 * kGB, 4, 7)};
+  const auto r = simulate(t, p, unit_hardware());
+  EXPECT_DOUBLE_EQ(r.stall_per_op[3], 0.0);
+  EXPECT_DOUBLE_EQ(r.stall_per_op[4], 1.0);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 9.0);
+  EXPECT_EQ(r.channels[0].bytes, 4 * kGB);
+  EXPECT_EQ(r.channels[0].requests, 2u);  // A's two slices are one request
+  EXPECT_TRUE(r.ok()) << r.describe(t);
+}
+
+TEST(Simulator, MoreBandwidthIsNeverSlowerForAFixedPlan) {
+  trace::Trace t = unit_trace(8);
+  std::vector<trace::TensorId> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(add(t, kGB, {0, static_cast<trace::OpIndex>(4 + i)}));
+  Plan p;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    p.migrations.push_back(offload(ids[i], kGB, 1, 2, i % 2 ? Tier::kSsd : Tier::kHost));
+    p.migrations.push_back(
+        prefetch(ids[i], kGB, 3, static_cast<trace::OpIndex>(4 + i), i % 2 ? Tier::kSsd : Tier::kHost));
+  }
+  double previous = 1e30;
+  for (const double bw : {0.25e9, 0.5e9, 1e9, 2e9, 4e9, 8e9}) {
+    Hardware hw = unit_hardware();
+    hw.d2h_bandwidth = hw.h2d_bandwidth = hw.ssd_read_bandwidth = hw.ssd_write_bandwidth = bw;
+    const auto r = simulate(t, p, hw);
+    EXPECT_LE(r.step_time_s, previous + 1e-12) << bw;
+    previous = r.step_time_s;
+  }
+  EXPECT_DOUBLE_EQ(previous, 8.0);
+}
+
+TEST(Simulator, ReportsEveryKindOfViolation) {
+  trace::Trace t = unit_trace(4);
+  const auto a = add(t, kGB, {0, 3});
+  const auto late = add(t, kGB, {2, 3});
+  // Over budget: nothing moves and the budget is below the demand.
+  auto r = simulate(t, Plan{}, unit_hardware(kGB));
+  EXPECT_GT(count(r, ViolationKind::kOverBudget), 0u);
+  EXPECT_FALSE(r.ok());
+
+  // Not resident: an offload that is never prefetched is fetched on demand, and that costs time.
+  Plan p;
+  p.migrations = {offload(a, kGB, 1, 2)};
+  r = simulate(t, p, unit_hardware());
+  EXPECT_EQ(count(r, ViolationKind::kNotResident), 2u);  // once per simulated step
+  EXPECT_EQ(r.demand_fetches, 1u);
+  EXPECT_DOUBLE_EQ(r.stall_per_op[3], 1.0);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 5.0);
+
+  // Host cap: the tier is too small for the offload.
+  Hardware small_host = unit_hardware();
+  small_host.host_capacity = kGB / 2;
+  p.migrations = {offload(a, kGB, 1, 2), prefetch(a, kGB, 2, 3)};
+  r = simulate(t, p, small_host);
+  EXPECT_GT(count(r, ViolationKind::kHostOverCap), 0u);
+  Hardware small_ssd = unit_hardware();
+  small_ssd.ssd_capacity = 0;
+  p.migrations = {offload(a, kGB, 1, 2, Tier::kSsd), prefetch(a, kGB, 2, 3, Tier::kSsd)};
+  r = simulate(t, p, small_ssd);
+  EXPECT_GT(count(r, ViolationKind::kSsdOverCap), 0u);
+
+  // Inconsistent: offloading a tensor before it exists.
+  p.migrations = {offload(late, kGB, 1, 2)};
+  r = simulate(t, p, unit_hardware());
+  EXPECT_GT(count(r, ViolationKind::kInconsistent), 0u);
+  EXPECT_FALSE(r.violations.empty());
+
+  // A plan naming an unknown tensor or operator is a caller error.
+  p.migrations = {offload(999, kGB, 1, 2)};
+  EXPECT_THROW(simulate(t, p, unit_hardware()), Error);
+  p.migrations = {offload(a, kGB, 1, 9)};
+  EXPECT_THROW(simulate(t, p, unit_hardware()), Error);
+}
+
+TEST(Simulator, WrapAroundPrefetchIsSteadyStateInTheLastStep) {
+  trace::Trace t = unit_trace(4);
+  const auto w = add(t, kGB, {0, 1}, true);
+  Plan p;
+  // Offload after its last use (2 s at 0.5 GB/s), prefetch issued before op 3 for op 0 of the next step.
+  p.migrations = {offload(w, kGB, 2, 3), prefetch(w, kGB, 3, 0)};
+  Hardware hw = unit_hardware();
+  hw.d2h_bandwidth = hw.h2d_bandwidth = 0.5e9;
+  SimulationOptions one;
+  one.steps = 1;
+  // First step: starts resident (its last migration is the prefetch), stalls only at op 3.
+  auto r = simulate(t, p, hw, one);
+  EXPECT_DOUBLE_EQ(r.stall_per_op[0], 0.0);
+  EXPECT_DOUBLE_EQ(r.stall_per_op[3], 1.0);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 5.0);
+  // Steady state: the prefetch issued at the end of the previous step is late for op 0.
+  r = simulate(t, p, hw);
+  EXPECT_DOUBLE_EQ(r.stall_per_op[0], 1.0);
+  EXPECT_DOUBLE_EQ(r.stall_per_op[3], 1.0);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 6.0);
+  EXPECT_TRUE(r.ok()) << r.describe(t);
+}
+
+TEST(Simulator, PersistentTensorOutAtTheBoundaryStartsOffloaded) {
+  trace::Trace t = unit_trace(4);
+  const auto w = add(t, kGB, {1}, true);
+  Plan p;
+  p.migrations = {prefetch(w, kGB, 0, 1), offload(w, kGB, 2, 3)};
+  SimulationOptions one;
+  one.steps = 1;
+  const auto r = simulate(t, p, unit_hardware(kGB), one);
+  EXPECT_TRUE(r.ok()) << r.describe(t);
+  EXPECT_EQ(r.memory_at_op[0], kGB);  // allocated when the prefetch is issued
+  EXPECT_EQ(r.memory_at_op[3], 0u);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 4.0);
+}
+
+TEST(Simulator, EnforcedBudgetEvictsAndFetchesBackOnDemand) {
+  trace::Trace t = unit_trace(4);
+  add(t, kGB, {0, 3});
+  add(t, kGB, {1, 2});
+  SimulationOptions enforce;
+  enforce.enforce_budget = true;
+  // Op 1 needs room for the second tensor: the first (next used at op 3) is evicted, 1 s, and
+  // fetched back before op 3, 1 s.
+  const auto r = simulate(t, Plan{}, unit_hardware(kGB), enforce);
+  EXPECT_TRUE(r.ok()) << r.describe(t);
+  EXPECT_LE(r.peak_memory, kGB);
+  EXPECT_EQ(r.evictions, 1u);
+  EXPECT_EQ(r.demand_fetches, 1u);
+  EXPECT_DOUBLE_EQ(r.stall_per_op[1], 1.0);
+  EXPECT_DOUBLE_EQ(r.stall_per_op[3], 1.0);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 6.0);
+  // Without enforcement the same run only reports the overshoot.
+  const auto loose = simulate(t, Plan{}, unit_hardware(kGB));
+  EXPECT_DOUBLE_EQ(loose.step_time_s, 4.0);
+  EXPECT_GT(count(loose, ViolationKind::kOverBudget), 0u);
+}
+
+TEST(StepBound, BandwidthBoundsWhatAnyPlanCanReach) {
+  trace::Trace t = unit_trace(4);
+  add(t, 2 * kGB, {1}, true);  // persistent, used by op 1 only
+  add(t, kGB, {0, 3});         // step-local, idle during ops 1 and 2
+  Hardware hw = unit_hardware(10 * kGB);
+  auto b = step_time_bound(t, hw);
+  EXPECT_DOUBLE_EQ(b.bound_s, 4.0);
+  EXPECT_DOUBLE_EQ(b.max_share, 1.0);
+  // 1 GB over everywhere. At op 0 only the persistent tensor can be out, and it is needed
+  // again right after op 0: bringing 1 GB back stalls 1 s. At op 1 the step-local one must
+  // leave between op 0's end and op 1's start: 1 s again.
+  hw.gpu_budget = 2 * kGB;
+  b = step_time_bound(t, hw);
+  EXPECT_DOUBLE_EQ(b.bound_s, 5.0);
+  hw.d2h_bandwidth = hw.h2d_bandwidth = 0.25e9;  // 4 s per GB
+  b = step_time_bound(t, hw);
+  EXPECT_EQ(b.binding_op, 0u);
+  EXPECT_DOUBLE_EQ(b.bound_s, 8.0);
+  EXPECT_DOUBLE_EQ(b.max_share, 0.5);
+  hw.host_capacity = hw.ssd_capacity = 0;
+  EXPECT_EQ(step_time_bound(t, hw).bound_s, std::numeric_limits<double>::infinity());
+  // Op 1 alone needs 3 GB: no plan fits 1 GB.
+  hw = unit_hardware(kGB);
+  b = step_time_bound(t, hw);
+  EXPECT_EQ(b.bound_s, std::numeric_limits<double>::infinity());
+  EXPECT_EQ(b.binding_op, 1u);
+}
+
+TEST(StepBound, NoSimulatedPlanBeatsIt) {
+  // The bound holds against what the simulator makes of the reactive mode (no plan at all).
+  trace::Trace t = unit_trace(6);
+  add(t, 2 * kGB, {1, 4}, true);
+  add(t, kGB, {0, 3});
+  add(t, kGB, {2, 5});
+  SimulationOptions enforce;
+  enforce.enforce_budget = true;
+  for (const std::uint64_t budget : {3 * kGB, 4 * kGB}) {
+    for (const double bw : {0.25e9, 1e9, 4e9}) {
+      Hardware hw = unit_hardware(budget);
+      hw.d2h_bandwidth = hw.h2d_bandwidth = bw;
+      const auto r = simulate(t, Plan{}, hw, enforce);
+      EXPECT_GE(r.step_time_s + 1e-9, step_time_bound(t, hw).bound_s) << budget << " " << bw;
+    }
+  }
+}
+
+TEST(Timeline, IsValidTraceEventJson) {
+  trace::Trace t = unit_trace(4);
+  const auto a = add(t, kGB, {0, 3}, true);
+  t.ops[1].name = "quote\"and\\slash";
+  Plan p;
+  p.migrations = {offload(a, kGB, 1, 2, Tier::kSsd), prefetch(a, kGB, 3, 3, Tier::kSsd)};
+  SimulationOptions opts;
+  opts.record_timeline = true;
+  const auto r = simulate(t, p, unit_hardware(), opts);
+  const auto json = nlohmann::json::parse(timeline_to_json(t, p, r));
+  std::size_t ops = 0, transfers = 0, counters = 0;
+  for (const auto& e : json.at("traceEvents")) {
+    if (e.at("ph") == "X" && e.at("tid") == 1) ++ops;
+    if (e.at("ph") == "X" && e.at("tid") != 1) ++transfers;
+    if (e.at("ph") == "C") ++counters;
+  }
+  EXPECT_EQ(ops, 4u);
+  EXPECT_EQ(transfers, 4u);  // two legs each way without GDS
+  EXPECT_GT(counters, 2u);
+}
+
+}  // namespace
+}  // namespace teraio::plan

@@ -1,0 +1,95 @@
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "command.hpp"
+#include "hardware_options.hpp"
+#include "teraio/core/error.hpp"
+#include "teraio/core/options.hpp"
+#include "teraio/core/strings.hpp"
+#include "teraio/core/units.hpp"
+#include "teraio/plan/plan_io.hpp"
+#include "teraio/plan/planner.hpp"
+#include "teraio/trace/lifetime.hpp"
+#include "teraio/trace/trace.hpp"
+
+namespace teraio::cli {
+namespace {
+
+// "3-7, 12, 40-41" for a sorted list of operators, at most `limit` runs.
+std::string op_ranges(const std::vector<trace::OpIndex>& ops, std::size_t limit) {
+  std::string out;
+  std::size_t runs = 0;
+  for (std::size_t i = 0; i < ops.size();) {
+    std::size_t j = i;
+    while (j + 1 < ops.size() && ops[j + 1] == ops[j] + 1) ++j;
+    if (runs == limit) return out + ", ...";
+    out += cat(runs ? ", " : "", ops[i], j > i ? cat("-", ops[j]) : std::string());
+    ++runs;
+    i = j + 1;
+  }
+  return out;
+}
+
+int run_plan(const std::vector<std::string>& raw_args) {
+  Options opts("plan",
+               "plan which tensors to offload, where and when, so that a trace fits a GPU memory budget");
+  opts.add_positional("trace", "trace file (JSON or binary)");
+  opts.add("output", "write the plan here (-o works too)");
+  opts.add("host", "host tier capacity (same as --host-capacity)");
+  opts.add("ssd", "SSD tier capacity (same as --ssd-capacity)");
+  opts.add("step", "plan this step of a multi-step trace", "0");
+  opts.add("probes", "planner runs the infeasibility diagnosis may spend", "6");
+  opts.add_flag("no-early-prefetch", "skip the pass that moves prefetches earlier");
+  opts.add_flag("over-budget-credit", "credit a migration only with the over-budget bytes it removes");
+  add_hardware_options(opts);
+  std::vector<std::string> args;
+  for (const std::string& a : raw_args) args.push_back(a == "-o" ? "--output" : a);
+  if (!opts.parse(args)) {
+    std::printf("%s", opts.help().c_str());
+    return 0;
+  }
+  trace::Trace t = trace::load_trace(*opts.positional("trace"));
+  if (t.step_begins.size() > 1) t = trace::extract_step(t, static_cast<std::size_t>(opts.integer("step")));
+  plan::Hardware hw = hardware_from_options(opts, plan::Hardware{});
+  if (opts.has("host")) hw.host_capacity = opts.bytes("host");
+  if (opts.has("ssd")) hw.ssd_capacity = opts.bytes("ssd");
+  if (hw.gpu_budget == 0) throw Error(ErrorKind::kInvalidArgument, "--budget is required");
+
+  plan::PlannerOptions po;
+  po.early_prefetch = !opts.flag("no-early-prefetch");
+  po.credit_over_budget_only = opts.flag("over-budget-credit");
+  po.diagnosis_probes = static_cast<int>(opts.integer("probes"));
+  const plan::PlanResult r = plan::make_plan(t, hw, po);
+  const plan::PlanStats& s = r.stats;
+
+  std::printf("%s\n", hw.describe().c_str());
+  std::printf("trace: %zu operators, %zu tensors, %zu inactive periods to choose from\n", t.ops.size(),
+              t.tensors.size(), s.periods);
+  std::printf("peak memory: %s without migrations, %s with the plan (budget %s): %s\n",
+              format_bytes(r.plan.peak_before).c_str(), format_bytes(r.plan.peak_after).c_str(),
+              format_bytes(hw.gpu_budget).c_str(), r.plan.feasible ? "fits" : "DOES NOT FIT");
+  std::printf("migrations: %zu (%zu offloads; %zu urgent); per step %s to SSD, %s to host\n",
+              r.plan.migrations.size(), s.offloads, s.urgent, format_bytes(s.bytes_to_ssd).c_str(),
+              format_bytes(s.bytes_to_host).c_str());
+  std::printf("tiers: host peak %s, SSD space %s; prefetch slack min %s, mean %s\n",
+              format_bytes(s.host_peak).c_str(), format_bytes(s.ssd_used).c_str(),
+              format_duration(s.min_prefetch_slack_s).c_str(),
+              format_duration(s.mean_prefetch_slack_s).c_str());
+  std::printf("planned in %s (%zu candidate evaluations)\n", format_duration(s.planning_s).c_str(),
+              s.evaluations);
+  std::printf("%s\n", r.diagnosis.message.c_str());
+  if (!r.plan.feasible)
+    std::printf("operators still over budget: %s\n", op_ranges(r.diagnosis.stuck_ops, 12).c_str());
+  if (opts.has("output")) {
+    plan::write_plan(r.plan, opts.str("output"));
+    std::printf("plan written to %s\n", opts.str("output").c_str());
+  }
+  return r.plan.feasible ? 0 : 2;
+}
+
+const CommandRegistration kRegistration{"plan", "plan tensor migrations for a trace and a memory budget",
+                                        run_plan};
+
+}  // namespace
+}  // namespace teraio::cli
