@@ -18,8 +18,16 @@ echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for case in "w1 36GiB" "w1 24GiB" "w2 24GiB" "w2 16GiB" "w3 76GiB"; do
   set -- $case
   name="$1_$2"
+  # Exit status 3 (an invariant broken) is a result to tabulate; anything else is a failure,
+  # and a summary left from an earlier run must not be reported in its place.
+  rm -f "$OUT/$name.json"
+  rc=0
   "$TERAIO" simulate "$OUT/$1.tiotrace" --budget "$2" "${HW[@]}" --enforce-budget --save-plan "$OUT/$name.plan" \
-    --summary "$OUT/$name.json" > "$OUT/$name.txt" || true
+    --summary "$OUT/$name.json" > "$OUT/$name.txt" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ]; then
+    echo "simulate_workloads: teraio simulate failed for $name (exit $rc), see $OUT/$name.txt" >&2
+    exit "$rc"
+  fi
   /usr/bin/python3 - "$OUT/$name.json" "$1" "$2" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))

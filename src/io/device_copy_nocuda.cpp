@@ -8,6 +8,10 @@ bool cuda_compiled_in() {
   return false;
 }
 
+CudaInventory cuda_inventory() {
+  return {{}, "CUDA not compiled in"};
+}
+
 std::unique_ptr<DeviceCopier> make_cuda_copier(int) {
   throw Error(ErrorKind::kUnsupported,
               "this TeraIO build has no CUDA support (configure with the CUDA toolkit present)");

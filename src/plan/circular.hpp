@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <vector>
 
 #include "bandwidth_ledger.hpp"
 
@@ -45,6 +46,15 @@ inline Segments segments(std::size_t n, Window window, std::size_t lo, std::size
 inline std::size_t op_at(std::size_t n, Window window, std::size_t offset) {
   const std::size_t op = window.start + offset;
   return op >= n ? op - n : op;
+}
+
+// Seconds from the start of `window` to the start of its operator at `offset` (offset ==
+// length: its end), given op_start_times() of the n = start_s.size() - 1 operators.
+inline double time_at(const std::vector<double>& start_s, Window window, std::size_t offset) {
+  const std::size_t n = start_s.size() - 1;
+  const std::size_t end = window.start + offset;
+  if (end <= n) return start_s[end] - start_s[window.start];
+  return (start_s[n] - start_s[window.start]) + start_s[end - n];
 }
 
 }  // namespace teraio::plan::detail

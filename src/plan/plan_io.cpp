@@ -146,11 +146,15 @@ Migration read_migration(const Reader& r, const json& m, const std::string& wher
 }
 
 std::string read_file(const std::filesystem::path& path) {
+  // A directory opens as a stream and reads as empty: say what it is instead.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(ErrorKind::kInvalidArgument, cat(path.string(), " is a directory, not a plan file"));
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw_system_error(cat("cannot open plan file ", path.string()), errno);
+  if (!in) throw_errno(errno, "cannot open plan file ", path.string());
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) throw_system_error(cat("cannot read plan file ", path.string()), errno);
+  if (in.bad()) throw_errno(errno, "cannot read plan file ", path.string());
   return std::move(text).str();
 }
 
@@ -217,10 +221,10 @@ Plan plan_from_json(std::string_view text, std::string_view source) {
 void write_plan(const Plan& plan, const std::filesystem::path& path) {
   const std::string text = plan_to_json(plan);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw_system_error(cat("cannot create plan file ", path.string()), errno);
+  if (!out) throw_errno(errno, "cannot create plan file ", path.string());
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   out.flush();
-  if (!out) throw_system_error(cat("cannot write plan file ", path.string()), errno);
+  if (!out) throw_errno(errno, "cannot write plan file ", path.string());
 }
 
 Plan read_plan(const std::filesystem::path& path) {

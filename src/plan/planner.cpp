@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "circular.hpp"
+#include "input_checks.hpp"
 #include "planner_greedy.hpp"
 #include "teraio/core/error.hpp"
 #include "teraio/core/strings.hpp"
@@ -20,12 +21,11 @@ using detail::Choice;
 using detail::Window;
 
 void check_inputs(const trace::Trace& trace, const Hardware& hw) {
-  try {
-    trace::validate(trace);
-  } catch (const Error& e) {
-    throw Error(ErrorKind::kInvalidArgument, cat("make_plan: invalid trace: ", e.what()));
-  }
+  detail::require_plannable(trace, "make_plan");
   if (hw.gpu_budget == 0) throw Error(ErrorKind::kInvalidArgument, "make_plan: the GPU memory budget is 0");
+  if (hw.gpu_budget > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("make_plan: the GPU memory budget ", hw.gpu_budget, " bytes is out of range"));
   const std::pair<const char*, double> rates[] = {{"d2h_bandwidth", hw.d2h_bandwidth},
                                                   {"h2d_bandwidth", hw.h2d_bandwidth},
                                                   {"ssd_write_bandwidth", hw.ssd_write_bandwidth},
@@ -56,13 +56,6 @@ Prepared prepare(const trace::Trace& trace) {
   p.demand.assign(demand.begin(), demand.end());
   for (std::uint64_t m : demand) p.peak_before = std::max(p.peak_before, m);
   return p;
-}
-
-double time_at(const std::vector<double>& start_s, Window w, std::size_t offset) {
-  const std::size_t n = start_s.size() - 1;
-  const std::size_t end = w.start + offset;
-  if (end <= n) return start_s[end] - start_s[w.start];
-  return (start_s[n] - start_s[w.start]) + start_s[end - n];
 }
 
 double prefetch_rate(const Hardware& hw, Tier tier) {
@@ -114,7 +107,7 @@ PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOpti
                   c.prefetch_issue + 1 == p.idle_ops};
     stats.urgent += off.urgent + pre.urgent;
     (c.tier == Tier::kSsd ? stats.bytes_to_ssd : stats.bytes_to_host) += t.bytes;
-    const double slack = p.idle_s - time_at(prep.start_s, w, c.prefetch_issue) -
+    const double slack = p.idle_s - detail::time_at(prep.start_s, w, c.prefetch_issue) -
                          (static_cast<double>(t.bytes) / prefetch_rate(hw, c.tier) + hw.request_latency_s);
     stats.min_prefetch_slack_s = std::min(stats.min_prefetch_slack_s, slack);
     slack_sum += slack;
@@ -139,15 +132,20 @@ PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOpti
   return result;
 }
 
+// Whether any tier has room and bandwidth both ways; without one, nothing can move.
+bool any_tier_usable(const Hardware& hw) {
+  const bool host = hw.host_capacity > 0 && hw.d2h_bandwidth > 0 && hw.h2d_bandwidth > 0;
+  const bool ssd = hw.ssd_capacity > 0 && hw.ssd_write_bandwidth > 0 && hw.ssd_read_bandwidth > 0 &&
+                   (hw.gpudirect || (hw.d2h_bandwidth > 0 && hw.h2d_bandwidth > 0));
+  return host || ssd;
+}
+
 // Per operator, the memory no plan can move: everything except tensors idle around it long
 // enough to be offloaded before and prefetched after it (needs at least one usable tier).
 std::vector<std::int64_t> memory_floor(const Prepared& prep, const Hardware& hw) {
   const std::size_t n = prep.demand.size();
   std::vector<std::int64_t> floor = prep.demand;
-  const bool host = hw.host_capacity > 0 && hw.d2h_bandwidth > 0 && hw.h2d_bandwidth > 0;
-  const bool ssd = hw.ssd_capacity > 0 && hw.ssd_write_bandwidth > 0 && hw.ssd_read_bandwidth > 0 &&
-                   (hw.gpudirect || (hw.d2h_bandwidth > 0 && hw.h2d_bandwidth > 0));
-  if (!host && !ssd) return floor;
+  if (!any_tier_usable(hw)) return floor;
   std::vector<std::int64_t> diff(n + 1, 0);
   for (const trace::InactivePeriod& p : prep.periods) {
     if (p.idle_ops < detail::kMinIdleOps) continue;
@@ -197,8 +195,9 @@ void diagnose(const Prepared& prep, const Hardware& hw, const PlannerOptions& op
   // The pass only adds memory where it stays under budget: it cannot change feasibility.
   // Everything else stays as asked, so that the budget reported is feasible as planned.
   probe_options.early_prefetch = false;
-  for (int probe = 0; probe < options.diagnosis_probes && hi - lo > std::max<std::uint64_t>(1, hi / 256);
-       ++probe) {
+  // Without a usable tier no budget below the unplanned peak is feasible: nothing to search.
+  const int probes = any_tier_usable(hw) ? options.diagnosis_probes : 0;
+  for (int probe = 0; probe < probes && hi - lo > std::max<std::uint64_t>(1, hi / 256); ++probe) {
     const std::uint64_t mid = guess < hi ? guess : lo + (hi - lo) / 2;
     guess = hi;
     Hardware probe_hw = hw;
@@ -208,7 +207,15 @@ void diagnose(const Prepared& prep, const Hardware& hw, const PlannerOptions& op
   d.min_feasible_budget = hi;
 
   const std::size_t shown = d.stuck_ops.empty() ? 0 : d.stuck_ops.front();
-  if (hard > budget) {
+  if (!any_tier_usable(hw)) {
+    // Said first: otherwise the message below blames the tensors' lifetimes.
+    d.message =
+        cat("no tier can take tensors (host tier and SSD tier both have capacity 0 or a channel "
+            "of bandwidth 0), so nothing can move: ",
+            d.stuck_ops.size(), " operators are over the budget ", format_bytes(hw.gpu_budget),
+            " (first: operator ", describe_op(trace, static_cast<trace::OpIndex>(shown)),
+            "); enable a tier or raise the budget to ", format_bytes(d.min_feasible_budget));
+  } else if (hard > budget) {
     d.message = cat("budget ", format_bytes(hw.gpu_budget), " is below what ", d.stuck_ops.size(),
                     " operators must hold on the GPU (first: operator ",
                     describe_op(trace, static_cast<trace::OpIndex>(shown)), "; worst: operator ",

@@ -169,7 +169,8 @@ class Greedy {
     if (demand_.max() <= budget_) return;
     for (std::uint32_t i = 0; i < periods_.size(); ++i) {
       const trace::InactivePeriod& p = periods_[i];
-      if (p.idle_ops < kMinIdleOps) continue;
+      // A tensor of 0 bytes frees nothing, and a migration of 0 bytes is not a valid plan entry.
+      if (p.idle_ops < kMinIdleOps || bytes_of(p) == 0) continue;
       if (auto c = evaluate(p)) queue.push({c->score, in_.trace->tensors[p.tensor].id, p.last_use, i});
     }
     // Lazy re-evaluation: scores only fall as memory drops and bandwidth is booked, so a
@@ -189,13 +190,7 @@ class Greedy {
     }
   }
 
-  // Seconds from the window's start to the start of `offset` (offset == length: its end).
-  double time_at(Window w, std::size_t offset) const {
-    const std::vector<double>& t = in_.start_s;
-    const std::size_t end = w.start + offset;
-    if (end <= n_) return t[end] - t[w.start];
-    return (t[n_] - t[w.start]) + t[end - n_];
-  }
+  double time_at(Window w, std::size_t offset) const { return detail::time_at(in_.start_s, w, offset); }
 
   // Smallest offset in [lo, hi] whose start is at or after `time` (hi when none is).
   std::size_t offset_at_or_after(Window w, std::size_t lo, std::size_t hi, double time) const {

@@ -4,9 +4,10 @@
 #include <cmath>
 #include <limits>
 #include <queue>
-#include <unordered_map>
 
+#include "input_checks.hpp"
 #include "simulator_channels.hpp"
+#include "simulator_index.hpp"
 #include "teraio/core/error.hpp"
 #include "teraio/core/strings.hpp"
 #include "teraio/core/units.hpp"
@@ -28,10 +29,13 @@ enum class State : std::uint8_t { kAbsent, kResident, kOffloading, kOffloaded, k
 class Engine {
  public:
   Engine(const trace::Trace& t, const Plan& plan, const Hardware& hw, const SimulationOptions& opts)
-      : trace_(t), plan_(plan), hw_(hw), opts_(opts), n_(t.ops.size()), channels_(hw) {
-    index_plan();
-    index_uses();
-  }
+      : trace_(t),
+        plan_(plan),
+        hw_(hw),
+        opts_(opts),
+        n_(t.ops.size()),
+        index_(detail::index_replay(t, plan)),
+        channels_(hw) {}
 
   SimulationResult run() {
     result_.steps = std::max<std::size_t>(opts_.steps, 1);
@@ -50,67 +54,6 @@ class Engine {
  private:
   // --- setup ---------------------------------------------------------------------------------
 
-  void index_plan() {
-    std::unordered_map<trace::TensorId, std::uint32_t> by_id;
-    by_id.reserve(trace_.tensors.size());
-    for (std::size_t i = 0; i < trace_.tensors.size(); ++i)
-      by_id.emplace(trace_.tensors[i].id, static_cast<std::uint32_t>(i));
-    issue_begin_.assign(n_ + 1, 0);
-    migration_tensor_.resize(plan_.migrations.size());
-    for (std::size_t m = 0; m < plan_.migrations.size(); ++m) {
-      const Migration& mig = plan_.migrations[m];
-      const auto it = by_id.find(mig.tensor);
-      if (it == by_id.end())
-        throw Error(ErrorKind::kInvalidArgument,
-                    cat("plan migration ", m, " names tensor ", mig.tensor, " that the trace does not have"));
-      if (mig.issue_before >= n_ || mig.deadline >= n_)
-        throw Error(
-            ErrorKind::kInvalidArgument,
-            cat("plan migration ", m, " (tensor ", mig.tensor, ") points to operator ",
-                std::max(mig.issue_before, mig.deadline), " past the last operator ", n_ == 0 ? 0 : n_ - 1));
-      migration_tensor_[m] = it->second;
-      ++issue_begin_[mig.issue_before + 1];
-    }
-    for (std::size_t k = 0; k < n_; ++k) issue_begin_[k + 1] += issue_begin_[k];
-    issue_list_.resize(plan_.migrations.size());
-    std::vector<std::size_t> fill(issue_begin_.begin(), issue_begin_.end() - 1);
-    for (std::size_t m = 0; m < plan_.migrations.size(); ++m)
-      issue_list_[fill[plan_.migrations[m].issue_before]++] = static_cast<std::uint32_t>(m);
-  }
-
-  void index_uses() {
-    use_begin_.assign(n_ + 1, 0);
-    first_begin_.assign(n_ + 1, 0);
-    last_begin_.assign(n_ + 1, 0);
-    for (const auto& t : trace_.tensors) {
-      for (const OpIndex u : t.uses) ++use_begin_[u + 1];
-      if (!t.persistent && !t.uses.empty()) {
-        ++first_begin_[t.uses.front() + 1];
-        ++last_begin_[t.uses.back() + 1];
-      }
-    }
-    for (std::size_t k = 0; k < n_; ++k) {
-      use_begin_[k + 1] += use_begin_[k];
-      first_begin_[k + 1] += first_begin_[k];
-      last_begin_[k + 1] += last_begin_[k];
-    }
-    use_list_.resize(use_begin_[n_]);
-    first_list_.resize(first_begin_[n_]);
-    last_list_.resize(last_begin_[n_]);
-    std::vector<std::size_t> u(use_begin_.begin(), use_begin_.end() - 1);
-    std::vector<std::size_t> f(first_begin_.begin(), first_begin_.end() - 1);
-    std::vector<std::size_t> l(last_begin_.begin(), last_begin_.end() - 1);
-    for (std::size_t i = 0; i < trace_.tensors.size(); ++i) {
-      const auto& t = trace_.tensors[i];
-      const auto ti = static_cast<std::uint32_t>(i);
-      for (const OpIndex k : t.uses) use_list_[u[k]++] = ti;
-      if (!t.persistent && !t.uses.empty()) {
-        first_list_[f[t.uses.front()]++] = ti;
-        last_list_[l[t.uses.back()]++] = ti;
-      }
-    }
-  }
-
   // Persistent tensors whose last migration in a step is an offload are out at the step
   // boundary in the steady state; everything else starts on the device.
   void initial_state() {
@@ -121,7 +64,7 @@ class Engine {
     request_of_.assign(trace_.tensors.size(), std::numeric_limits<std::uint32_t>::max());
     std::vector<std::int64_t> last(trace_.tensors.size(), -1);
     for (std::size_t m = 0; m < plan_.migrations.size(); ++m) {
-      const std::uint32_t ti = migration_tensor_[m];
+      const std::uint32_t ti = index_.migration_tensor[m];
       if (last[ti] < 0 ||
           plan_.migrations[m].issue_before >= plan_.migrations[std::size_t(last[ti])].issue_before)
         last[ti] = static_cast<std::int64_t>(m);
@@ -241,7 +184,7 @@ class Engine {
 
   void issue(std::uint32_t m, OpIndex k) {
     const Migration& mig = plan_.migrations[m];
-    const std::uint32_t ti = migration_tensor_[m];
+    const std::uint32_t ti = index_.migration_tensor[m];
     const auto& t = trace_.tensors[ti];
     const std::uint64_t base = step_ * n_;
     const std::uint64_t deadline = base + mig.deadline + (mig.deadline < mig.issue_before ? n_ : 0);
@@ -378,8 +321,8 @@ class Engine {
       if (memory_ <= target) break;
       const std::uint64_t bytes = trace_.tensors[ti].bytes;
       Tier tier = Tier::kHost;
-      if (tier_used_[0] + bytes > hw_.host_capacity) {
-        if (tier_used_[1] + bytes > hw_.ssd_capacity) continue;
+      if (!tier_takes(Tier::kHost, bytes)) {
+        if (!tier_takes(Tier::kSsd, bytes)) continue;
         tier = Tier::kSsd;
       }
       state_[ti] = State::kOffloading;
@@ -394,6 +337,13 @@ class Engine {
     }
   }
 
+  // Whether an eviction of `bytes` can go to `tier`: room there, and bandwidth out and back.
+  bool tier_takes(Tier tier, std::uint64_t bytes) const {
+    const std::uint64_t cap = tier == Tier::kHost ? hw_.host_capacity : hw_.ssd_capacity;
+    return tier_used_[tier_index(tier)] + bytes <= cap && detail::route_bandwidth(hw_, tier, true) > 0 &&
+           detail::route_bandwidth(hw_, tier, false) > 0;
+  }
+
   void check_budget(OpIndex k) {
     if (memory_ > hw_.gpu_budget)
       violation(ViolationKind::kOverBudget, k, 0, memory_ - hw_.gpu_budget,
@@ -404,17 +354,16 @@ class Engine {
   void run_op(OpIndex k) {
     const std::uint64_t g = step_ * n_ + k;
     if (opts_.enforce_budget)
-      for (std::size_t i = use_begin_[k]; i < use_begin_[k + 1]; ++i) in_use_[use_list_[i]] = g + 1;
+      for (const std::uint32_t ti : index_.used.at(k)) in_use_[ti] = g + 1;
     const double ready = now_;
     advance(now_);
     complete_until(now_);
     // Memory for this operator's prefetches can only be allocated once the offloads due here are out.
     wait_deadlines(g, true);
-    for (std::size_t i = issue_begin_[k]; i < issue_begin_[k + 1]; ++i) issue(issue_list_[i], k);
+    for (const std::uint32_t m : index_.issued.at(k)) issue(m, k);
     wait_deadlines(g, false);
-    for (std::size_t i = use_begin_[k]; i < use_begin_[k + 1]; ++i) make_resident(use_list_[i], k, g);
-    for (std::size_t i = first_begin_[k]; i < first_begin_[k + 1]; ++i) {
-      const std::uint32_t ti = first_list_[i];
+    for (const std::uint32_t ti : index_.used.at(k)) make_resident(ti, k, g);
+    for (const std::uint32_t ti : index_.first_use.at(k)) {
       make_room(k, trace_.tensors[ti].bytes);
       state_[ti] = State::kResident;
       set_memory(memory_ + trace_.tensors[ti].bytes, now_);
@@ -425,13 +374,11 @@ class Engine {
     if (reported_) {
       result_.stall_per_op[k] = start - ready;
       result_.memory_at_op[k] = memory_;
-      if (memory_ >= result_.peak_memory) result_.peak_op = k;
       if (opts_.record_timeline) result_.timeline.ops.push_back({start - step_start_, now_ - step_start_, k});
     }
     advance(now_);
     complete_until(now_);
-    for (std::size_t i = last_begin_[k]; i < last_begin_[k + 1]; ++i) {
-      const std::uint32_t ti = last_list_[i];
+    for (const std::uint32_t ti : index_.last_use.at(k)) {
       if (state_[ti] == State::kResident) set_memory(memory_ - trace_.tensors[ti].bytes, now_);
       state_[ti] = State::kAbsent;
     }
@@ -440,6 +387,11 @@ class Engine {
   void finish_report() {
     const double step_end = now_;
     result_.step_time_s = step_end - step_start_;
+    // The first operator that starts with the most memory: ties go to the earliest, as in
+    // the synthetic trace's summary, so both name the same operator.
+    const auto peak = std::max_element(result_.memory_at_op.begin(), result_.memory_at_op.end());
+    result_.peak_op =
+        peak == result_.memory_at_op.end() ? 0 : static_cast<OpIndex>(peak - result_.memory_at_op.begin());
     for (const double s : result_.stall_per_op) result_.stall_s += s;
     result_.share_of_ideal = result_.step_time_s > 0 ? result_.ideal_step_time_s / result_.step_time_s : 1.0;
     std::vector<OpStall> stalls;
@@ -476,9 +428,7 @@ class Engine {
   const SimulationOptions& opts_;
   const std::size_t n_;
 
-  std::vector<std::uint32_t> migration_tensor_;
-  std::vector<std::size_t> issue_begin_, use_begin_, first_begin_, last_begin_;
-  std::vector<std::uint32_t> issue_list_, use_list_, first_list_, last_list_;
+  const detail::ReplayIndex index_;
 
   std::vector<State> state_;
   std::vector<bool> evicted_;          // moved out by enforce_budget, not by the plan
@@ -503,11 +453,23 @@ class Engine {
 
 SimulationResult simulate(const trace::Trace& trace, const Plan& plan, const Hardware& hardware,
                           const SimulationOptions& options) {
+  detail::require_plannable(trace, "simulate");
   if (trace.step_begins.size() > 1) return simulate(trace::extract_step(trace, 0), plan, hardware, options);
-  if (!(hardware.d2h_bandwidth > 0) || !(hardware.h2d_bandwidth > 0) || !(hardware.ssd_write_bandwidth > 0) ||
-      !(hardware.ssd_read_bandwidth > 0) || hardware.request_latency_s < 0)
+  if (!std::isfinite(hardware.request_latency_s) || hardware.request_latency_s < 0)
     throw Error(ErrorKind::kInvalidArgument,
-                cat("simulate: channel bandwidths must be positive (", hardware.describe(), ")"));
+                cat("simulate: request latency ", hardware.request_latency_s, " is not a finite time >= 0"));
+  // Only the routes the plan uses need bandwidth: the planner accepts a switched-off channel
+  // (bandwidth 0) and plans around it, so its plans must replay.
+  for (std::size_t m = 0; m < plan.migrations.size(); ++m) {
+    const Migration& mig = plan.migrations[m];
+    const bool offload = mig.direction == Direction::kOffload;
+    const double rate = detail::route_bandwidth(hardware, mig.tier, offload);
+    if (!(rate > 0))
+      throw Error(
+          ErrorKind::kInvalidArgument,
+          cat("simulate: plan migration ", m, " (", to_string(mig.direction), " of tensor ", mig.tensor, ", ",
+              to_string(mig.tier), " tier) needs a channel with no bandwidth (", hardware.describe(), ")"));
+  }
   return Engine(trace, plan, hardware, options).run();
 }
 

@@ -3,6 +3,7 @@
 // the model; this part knows nothing of tensors' states or memory.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -49,6 +50,15 @@ struct Busy {
   std::uint32_t request;
   bool first;  // the request's first slice on this channel
 };
+
+// Bytes per second of the slowest channel a transfer to or from `tier` occupies (see Request::legs);
+// 0 when that route cannot carry anything.
+inline double route_bandwidth(const Hardware& hw, Tier tier, bool offload) {
+  const double pcie = offload ? hw.d2h_bandwidth : hw.h2d_bandwidth;
+  const double disk = offload ? hw.ssd_write_bandwidth : hw.ssd_read_bandwidth;
+  const double rate = tier == Tier::kHost ? pcie : hw.gpudirect ? disk : std::min(disk, pcie);
+  return rate > 0 ? rate : 0;
+}
 
 class Channels {
  public:

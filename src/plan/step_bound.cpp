@@ -88,7 +88,8 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
       b.max_share = 0;
       b.binding_op = static_cast<trace::OpIndex>(k);
       b.reason = out_bw <= 0 || in_bw <= 0
-                     ? cat("operator ", k, " is over the budget and no tier is enabled")
+                     ? cat("operator ", k,
+                           " is over the budget and no tier can take tensors (capacity or bandwidth 0)")
                      : cat("operator ", k, " (", t.ops[k].name, ") alone needs ",
                            format_bytes(active[k] + t.untracked_bytes), ", more than the budget");
       return b;

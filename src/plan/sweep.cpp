@@ -40,10 +40,7 @@ Hardware sweep_hardware(const Hardware& base, double bandwidth, SweepMode mode) 
 }
 
 std::vector<SweepPoint> sweep(const trace::Trace& trace, const SweepOptions& options) {
-  if (trace.step_begins.size() > 1) {
-    SweepOptions one = options;
-    return sweep(trace::extract_step(trace, 0), one);
-  }
+  if (trace.step_begins.size() > 1) return sweep(trace::extract_step(trace, 0), options);
   std::vector<std::uint64_t> budgets = options.budgets;
   if (budgets.empty()) budgets.push_back(options.base.gpu_budget);
   PlannerOptions planner;

@@ -99,10 +99,10 @@ void write_timeline(const trace::Trace& trace, const Plan& plan, const Simulatio
                     const std::string& path) {
   const std::string json = timeline_to_json(trace, plan, result);
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file) throw_system_error(cat("cannot open timeline file ", path), errno);
+  if (!file) throw_errno(errno, "cannot open timeline file ", path);
   file.write(json.data(), static_cast<std::streamsize>(json.size()));
   file.close();
-  if (!file) throw_system_error(cat("cannot write timeline file ", path), errno);
+  if (!file) throw_errno(errno, "cannot write timeline file ", path);
 }
 
 }  // namespace teraio::plan

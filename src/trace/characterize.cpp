@@ -21,10 +21,10 @@ double share(double part, double whole) {
 }
 
 // An output file whose every failure (open, write, close) becomes an Error naming it.
-class CsvFile {
+class OutputFile {
  public:
-  CsvFile(const std::filesystem::path& path) : path_(path.string()), out_(path) {
-    if (!out_) throw_system_error(cat("cannot create ", path_), errno);
+  explicit OutputFile(const std::filesystem::path& path) : path_(path.string()), out_(path) {
+    if (!out_) throw_errno(errno, "cannot create ", path_);
     out_.precision(std::numeric_limits<double>::max_digits10);
   }
   std::ofstream& out() { return out_; }
@@ -134,7 +134,7 @@ void write_characterization(const Characterization& c, const std::string& dir, s
   const std::filesystem::path root(dir);
   const auto& buckets = size_buckets();
 
-  CsvFile memory(root / "memory.csv");
+  OutputFile memory(root / "memory.csv");
   memory.out() << "op,start_s,demand_bytes,active_bytes,active_share\n";
   for (std::size_t k = 0; k < c.demand_bytes.size(); ++k)
     memory.out() << k << ',' << c.start_s[k] << ',' << c.demand_bytes[k] << ',' << c.active_bytes[k] << ','
@@ -142,7 +142,7 @@ void write_characterization(const Characterization& c, const std::string& dir, s
                  << '\n';
   memory.close();
 
-  CsvFile sizes(root / "sizes.csv");
+  OutputFile sizes(root / "sizes.csv");
   sizes.out() << "bucket,min_bytes,max_bytes,tensors,bytes,inactive_periods\n";
   for (std::size_t b = 0; b < buckets.size(); ++b)
     sizes.out() << buckets[b].label << ',' << buckets[b].min_bytes << ','
@@ -153,7 +153,7 @@ void write_characterization(const Characterization& c, const std::string& dir, s
 
   // The CDF is sampled at evenly spaced ranks so large traces give small files; the
   // longest period of each bucket is always kept.
-  CsvFile cdf(root / "inactive_cdf.csv");
+  OutputFile cdf(root / "inactive_cdf.csv");
   cdf.out() << "bucket,idle_s,cdf\n";
   for (std::size_t b = 0; b < buckets.size(); ++b) {
     const auto& lengths = c.idle_s_by_bucket[b];
@@ -183,10 +183,10 @@ void write_characterization(const Characterization& c, const std::string& dir, s
       {"share_bytes_idle_over_threshold", s.share_bytes_idle_over_threshold},
       {"share_periods_over_threshold", s.share_periods_over_threshold},
   };
-  CsvFile json(root / "summary.json");
+  OutputFile json(root / "summary.json");
   json.out() << summary.dump(2) << '\n';
   json.close();
-  CsvFile csv(root / "summary.csv");
+  OutputFile csv(root / "summary.csv");
   csv.out() << "metric,value\n";
   for (const auto& [key, value] : summary.items()) csv.out() << key << ',' << value.dump() << '\n';
   csv.close();

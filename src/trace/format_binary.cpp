@@ -27,8 +27,7 @@ constexpr std::uint32_t kFlagChecksum = 1;
 constexpr std::size_t kHeaderBytes = 16;
 constexpr std::size_t kSectionHeaderBytes = 12;
 // Operator names are stored once and referenced by every operator, so a hostile file could
-// make a few bytes expand into gigabytes of names. Real names are short ("aten::mm").
-constexpr std::size_t kMaxOperatorName = 1024;
+// make a few bytes expand into gigabytes of names (each is also at most kMaxOperatorName).
 constexpr std::size_t kMaxNameExpansion = 32;
 
 constexpr std::uint32_t tag(const char (&s)[5]) {

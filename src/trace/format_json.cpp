@@ -166,8 +166,12 @@ Trace parse_trace_json(std::string_view text) {
   const Where top{"(top level)", kNone};
   to_object(doc, top);
   const json* format = find(doc, "format");
-  if (!format || !format->is_string() || format->get_ref<const std::string&>() != kFormatName)
-    fail({"format", kNone}, cat("not a TeraIO trace: expected \"format\": \"", kFormatName, "\""));
+  if (!format || !format->is_string() || format->get_ref<const std::string&>() != kFormatName) {
+    // What it is instead (a plan file, say) tells the user which file they mixed up.
+    std::string got = format ? format->dump() : std::string("no \"format\" member");
+    if (got.size() > 64) got = got.substr(0, 64) + "...";
+    fail({"format", kNone}, cat("not a TeraIO trace: expected \"format\": \"", kFormatName, "\", got ", got));
+  }
   const json& version = require(doc, "version", top);
   if (!version.is_number_integer() || version.get<std::int64_t>() != kVersion)
     fail({"version", kNone},

@@ -47,6 +47,9 @@ TensorKind parse_tensor_kind(std::string_view name) {
 void validate(const Trace& trace) {
   const std::size_t n = trace.ops.size();
   for (std::size_t k = 0; k < n; ++k) {
+    if (trace.ops[k].name.size() > kMaxOperatorName)
+      throw Error(ErrorKind::kFormat, cat("operator ", k, " has a name of ", trace.ops[k].name.size(),
+                                          " bytes (limit ", kMaxOperatorName, ")"));
     const double d = trace.ops[k].duration_s;
     if (!(d >= 0) || d > 1e9)
       throw Error(ErrorKind::kFormat,

@@ -20,7 +20,7 @@ class FileDescriptor {
  public:
   FileDescriptor(const std::string& path, int flags, mode_t mode = 0)
       : fd_(::open(path.c_str(), flags, mode)) {
-    if (fd_ < 0) throw_system_error(cat("cannot open trace file ", path), errno);
+    if (fd_ < 0) throw_errno(errno, "cannot open trace file ", path);
   }
   ~FileDescriptor() {
     if (fd_ >= 0) ::close(fd_);
@@ -32,7 +32,7 @@ class FileDescriptor {
   void close(const std::string& path) {
     const int fd = fd_;
     fd_ = -1;
-    if (::close(fd) != 0) throw_system_error(cat("cannot close trace file ", path), errno);
+    if (::close(fd) != 0) throw_errno(errno, "cannot close trace file ", path);
   }
 
  private:
@@ -42,14 +42,14 @@ class FileDescriptor {
 std::vector<std::byte> read_file(const std::string& path) {
   FileDescriptor fd(path, O_RDONLY | O_CLOEXEC);
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) throw_system_error(cat("cannot stat trace file ", path), errno);
+  if (::fstat(fd.get(), &st) != 0) throw_errno(errno, "cannot stat trace file ", path);
   if (!S_ISREG(st.st_mode)) throw Error(ErrorKind::kInvalidArgument, cat(path, " is not a regular file"));
   std::vector<std::byte> data(static_cast<std::size_t>(st.st_size));
   std::size_t done = 0;
   while (done < data.size()) {
     const ssize_t n = ::read(fd.get(), data.data() + done, data.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw_system_error(cat("cannot read trace file ", path, " at byte ", done), errno);
+    if (n < 0) throw_errno(errno, "cannot read trace file ", path, " at byte ", done);
     if (n == 0)
       throw Error(ErrorKind::kIo, cat("trace file ", path, " shrank while being read (at byte ", done, ")"));
     done += static_cast<std::size_t>(n);
@@ -60,19 +60,31 @@ std::vector<std::byte> read_file(const std::string& path) {
 void write_file(const std::string& path, std::span<const std::byte> data) {
   const std::string temporary = path + ".tmp";
   {
-    FileDescriptor fd(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    std::size_t done = 0;
-    while (done < data.size()) {
-      const ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        const int err = errno;
-        ::unlink(temporary.c_str());
-        throw_system_error(cat("cannot write trace file ", temporary, " at byte ", done), err);
+    FileDescriptor fd = [&] {
+      try {
+        return FileDescriptor(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      } catch (const Error& e) {
+        // The user named `path`; the temporary beside it is an implementation detail.
+        throw Error(e.kind(), cat("cannot create trace file ", path, " (", e.what(), ")"), e.sys_errno());
       }
-      done += static_cast<std::size_t>(n);
+    }();
+    // From here the temporary file is ours: a failed write or close must not leave it behind.
+    try {
+      std::size_t done = 0;
+      while (done < data.size()) {
+        const ssize_t n = ::write(fd.get(), data.data() + done, data.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+          const int err = errno;  // before cat() allocates
+          throw_system_error(cat("cannot write trace file ", temporary, " at byte ", done), err);
+        }
+        done += static_cast<std::size_t>(n);
+      }
+      fd.close(temporary);
+    } catch (const Error&) {
+      ::unlink(temporary.c_str());
+      throw;
     }
-    fd.close(temporary);
   }
   if (::rename(temporary.c_str(), path.c_str()) != 0) {
     const int err = errno;

@@ -10,17 +10,9 @@ namespace {
 
 using testing::add_tensor;
 using testing::check_plan;
+using testing::idle_tensor_trace;
 using testing::ops_trace;
 using testing::uniform_hardware;
-
-// Ten 1 s operators; tensor T (100 B) used at ops 0 and 9, tensor U (60 B) at ops 4-5.
-// Demand is 100 everywhere and 160 at ops 4-5: T must be away during ops 4-5.
-trace::Trace idle_tensor_trace() {
-  trace::Trace t = ops_trace(10);
-  add_tensor(t, 100, {0, 9});
-  add_tensor(t, 60, {4, 5});
-  return t;
-}
 
 Migration find(const Plan& plan, Direction direction) {
   for (const Migration& m : plan.migrations)

@@ -35,6 +35,15 @@ inline trace::Tensor& add_tensor(trace::Trace& t, std::uint64_t bytes, std::vect
   return x;
 }
 
+// Ten 1 s operators; tensor T (100 B) used at ops 0 and 9, tensor U (60 B) at ops 4-5.
+// Demand is 100 everywhere and 160 at ops 4-5: T must be away during ops 4-5.
+inline trace::Trace idle_tensor_trace() {
+  trace::Trace t = ops_trace(10);
+  add_tensor(t, 100, {0, 9});
+  add_tensor(t, 60, {4, 5});
+  return t;
+}
+
 // Hardware with every channel at `bandwidth` bytes/s, no latency, both tiers large.
 inline Hardware uniform_hardware(std::uint64_t budget, double bandwidth) {
   Hardware hw;

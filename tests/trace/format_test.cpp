@@ -68,6 +68,28 @@ TEST(TraceFormat, SavingAnInvalidTraceIsRefused) {
   EXPECT_THROW(trace_to_binary(t), Error);
 }
 
+TEST(TraceFormat, OverlongOperatorNamesAreRefusedByBothForms) {
+  // The binary reader caps names (hostile files); both forms must agree on what is valid.
+  Trace t = make_trace({1});
+  t.ops[0].name = std::string(kMaxOperatorName, 'x');
+  add_tensor(t, 1, {0});
+  EXPECT_EQ(parse_trace_json(trace_to_json(t)), t);
+  EXPECT_EQ(parse_trace_binary(trace_to_binary(t)), t);
+  const std::string json = trace_to_json(t);
+  t.ops[0].name += 'x';
+  EXPECT_THROW(trace_to_json(t), Error);
+  EXPECT_THROW(trace_to_binary(t), Error);
+  std::string longer = json;
+  longer.insert(longer.find("xxx"), "x");
+  try {
+    parse_trace_json(longer);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("operator 0 has a name of 1025 bytes"), std::string::npos)
+        << e.what();
+  }
+}
+
 class TraceFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -111,6 +133,23 @@ TEST_F(TraceFileTest, ErrorsNameThePath) {
     EXPECT_EQ(e.kind(), ErrorKind::kFormat);
     EXPECT_NE(std::string(e.what()).find("junk: not a TeraIO trace"), std::string::npos) << e.what();
   }
+}
+
+TEST_F(TraceFileTest, SaveErrorsNameThePathTheUserGave) {
+  Trace t = make_trace({1});
+  add_tensor(t, 1, {0});
+  try {
+    save_trace(t, path("no/such/dir/t.json"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot create trace file " + path("no/such/dir/t.json")),
+              std::string::npos)
+        << e.what();
+    EXPECT_EQ(e.sys_errno(), ENOENT);
+  }
+  save_trace(t, path("t.tiotrace"));
+  EXPECT_EQ(load_trace(path("t.tiotrace")), t);
+  EXPECT_FALSE(std::filesystem::exists(path("t.tiotrace.tmp")));
 }
 
 }  // namespace

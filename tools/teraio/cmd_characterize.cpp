@@ -1,14 +1,10 @@
 // `teraio characterize TRACE --out DIR`: the paper's trace study as CSV files, plotted by
 // scripts/plot_characterize.py when Python with matplotlib is there.
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 
 #include "command.hpp"
+#include "plot_script.hpp"
 #include "teraio/core/error.hpp"
 #include "teraio/core/options.hpp"
 #include "teraio/core/strings.hpp"
@@ -17,37 +13,8 @@
 #include "teraio/trace/lifetime.hpp"
 #include "teraio/trace/trace.hpp"
 
-extern char** environ;
-
 namespace teraio::cli {
 namespace {
-
-// The plotting script ships in the source tree next to this file's folder.
-std::string default_plot_script() {
-  return (std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "scripts" /
-          "plot_characterize.py")
-      .string();
-}
-
-std::string default_python() {
-  // Debian's interpreter carries matplotlib; a virtual environment's python3 on PATH may not.
-  return ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
-}
-
-// Runs python on the script and returns its exit status (127 when it could not start).
-int run_plot_script(const std::string& python, const std::string& script, const std::string& dir) {
-  std::vector<std::string> args = {python, script, dir};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  if (const int err = ::posix_spawnp(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ); err != 0)
-    return 127;
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) throw_system_error(cat("waiting for ", python), errno);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 int run_characterize(const std::vector<std::string>& args) {
   Options opts(
@@ -59,7 +26,7 @@ int run_characterize(const std::vector<std::string>& args) {
   opts.add("idle-threshold", "idle time that counts as a long inactive period", "10ms");
   opts.add_flag("no-plots", "write the CSV files only");
   opts.add("python", "Python interpreter with matplotlib", default_python());
-  opts.add("plot-script", "plotting script", default_plot_script());
+  opts.add("plot-script", "plotting script", plot_script_path("plot_characterize.py"));
   if (!opts.parse(args)) {
     std::printf("%s", opts.help().c_str());
     return 0;
@@ -103,7 +70,7 @@ int run_characterize(const std::vector<std::string>& args) {
                  script.c_str());
     return 0;
   }
-  const int status = run_plot_script(python, script, dir);
+  const int status = run_python_script(python, script, {dir});
   if (status == 0) {
     std::printf("  plots written to %s (memory.png, sizes.png, inactive_cdf.png)\n", dir.c_str());
   } else if (status == 127) {

@@ -49,8 +49,7 @@ int run_plan(const std::vector<std::string>& raw_args) {
     std::printf("%s", opts.help().c_str());
     return 0;
   }
-  trace::Trace t = trace::load_trace(*opts.positional("trace"));
-  if (t.step_begins.size() > 1) t = trace::extract_step(t, static_cast<std::size_t>(opts.integer("step")));
+  const trace::Trace t = one_step(trace::load_trace(*opts.positional("trace")), opts.integer("step"));
   plan::Hardware hw = hardware_from_options(opts, plan::Hardware{});
   if (opts.has("host")) hw.host_capacity = opts.bytes("host");
   if (opts.has("ssd")) hw.ssd_capacity = opts.bytes("ssd");
@@ -85,7 +84,9 @@ int run_plan(const std::vector<std::string>& raw_args) {
     plan::write_plan(r.plan, opts.str("output"));
     std::printf("plan written to %s\n", opts.str("output").c_str());
   }
-  return r.plan.feasible ? 0 : 2;
+  // 2 is taken by usage errors (bad options); 3 says "no plan fits", as simulate's 3 says
+  // "an invariant broke", so scripts can tell a result from a mistake.
+  return r.plan.feasible ? 0 : 3;
 }
 
 const CommandRegistration kRegistration{"plan", "plan tensor migrations for a trace and a memory budget",

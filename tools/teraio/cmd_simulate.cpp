@@ -1,5 +1,7 @@
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <string>
 
 #include "command.hpp"
 #include "hardware_options.hpp"
@@ -17,11 +19,29 @@
 namespace teraio::cli {
 namespace {
 
+// `text` as the body of a JSON string: the trace's source is free-form and may hold quotes.
+std::string json_escaped(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 void write_summary(const std::string& path, const trace::Trace& t, const plan::Plan& p,
                    const plan::Hardware& hw, const plan::SimulationResult& r, const plan::StepBound& bound,
                    bool planned_here) {
   std::FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) throw_system_error(cat("cannot open ", path), errno);
+  if (f == nullptr) throw_errno(errno, "cannot open ", path);
   std::fprintf(
       f,
       "{\"source\": \"%s\", \"budget_bytes\": %llu, \"plan_feasible\": %s, \"planned_here\": %s, "
@@ -31,24 +51,23 @@ void write_summary(const std::string& path, const trace::Trace& t, const plan::P
       "\"eviction_bytes\": %llu, \"demand_fetches\": %llu, \"violations\": %zu, "
       "\"pcie_d2h_util\": %.4f, \"pcie_h2d_util\": %.4f, \"ssd_write_util\": %.4f, "
       "\"ssd_read_util\": %.4f, \"bound_s\": %.6f, \"bound_share\": %.6f}\n",
-      t.source.c_str(), static_cast<unsigned long long>(hw.gpu_budget), p.feasible ? "true" : "false",
-      planned_here ? "true" : "false", p.migrations.size(), r.step_time_s, r.ideal_step_time_s,
-      r.share_of_ideal, r.stall_s, static_cast<unsigned long long>(r.peak_memory),
+      json_escaped(t.source).c_str(), static_cast<unsigned long long>(hw.gpu_budget),
+      p.feasible ? "true" : "false", planned_here ? "true" : "false", p.migrations.size(), r.step_time_s,
+      r.ideal_step_time_s, r.share_of_ideal, r.stall_s, static_cast<unsigned long long>(r.peak_memory),
       static_cast<unsigned long long>(r.host_peak), static_cast<unsigned long long>(r.ssd_peak),
       static_cast<unsigned long long>(r.tier_bytes[0][0]),
       static_cast<unsigned long long>(r.tier_bytes[1][0]), static_cast<unsigned long long>(r.evictions),
       static_cast<unsigned long long>(r.eviction_bytes), static_cast<unsigned long long>(r.demand_fetches),
       r.violation_count(), r.channels[0].utilization, r.channels[1].utilization, r.channels[2].utilization,
       r.channels[3].utilization, bound.bound_s, bound.max_share);
-  if (std::fclose(f) != 0) throw_system_error(cat("cannot write ", path), errno);
+  if (std::fclose(f) != 0) throw_errno(errno, "cannot write ", path);
 }
 
 // The memory curve against the budget, operator by operator, for plotting.
 void write_op_csv(const std::string& path, const trace::Trace& t, const plan::SimulationResult& r) {
   std::FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) throw_system_error(cat("cannot open ", path), errno);
-  const std::vector<std::uint64_t> demand =
-      trace::memory_demand(t.step_begins.size() > 1 ? trace::extract_step(t, 0) : t);
+  if (f == nullptr) throw_errno(errno, "cannot open ", path);
+  const std::vector<std::uint64_t> demand = trace::memory_demand(t);
   std::fprintf(f, "op,name,phase,start_s,duration_s,stall_s,memory_bytes,demand_bytes,budget_bytes\n");
   double now = 0;
   for (std::size_t k = 0; k < r.stall_per_op.size(); ++k) {
@@ -62,7 +81,7 @@ void write_op_csv(const std::string& path, const trace::Trace& t, const plan::Si
                  static_cast<unsigned long long>(demand[k]), static_cast<unsigned long long>(r.budget));
     now += t.ops[k].duration_s;
   }
-  if (std::fclose(f) != 0) throw_system_error(cat("cannot write ", path), errno);
+  if (std::fclose(f) != 0) throw_errno(errno, "cannot write ", path);
 }
 
 int run_simulate(const std::vector<std::string>& args) {
@@ -72,6 +91,7 @@ int run_simulate(const std::vector<std::string>& args) {
   opts.add_positional("plan", "plan file; without one, the trace is planned here for the hardware options",
                       false);
   opts.add("save-plan", "with no plan file: write the plan made here to this file");
+  opts.add("step", "simulate this step of a multi-step trace (as `teraio plan --step`)", "0");
   opts.add("steps", "consecutive steps to simulate; the last one is reported", "2");
   opts.add("timeline", "write the reported step as Chrome/Perfetto trace-event JSON to this file");
   opts.add("top", "operators with the longest stalls to list", "10");
@@ -84,12 +104,15 @@ int run_simulate(const std::vector<std::string>& args) {
     std::printf("%s", opts.help().c_str());
     return 0;
   }
-  const trace::Trace t = trace::load_trace(*opts.positional("trace"));
+  // Cut to one step here, before planning, so that a plan made here and the replay agree.
+  const trace::Trace t = one_step(trace::load_trace(*opts.positional("trace")), opts.integer("step"));
   plan::Plan p;
   plan::Hardware hw;
   bool planned_here = false;
   if (opts.positional("plan")) {
     p = plan::read_plan(*opts.positional("plan"));
+    // A plan made for another trace (or another --step) would replay as nonsense.
+    plan::validate(p, t);
     hw = hardware_from_options(opts, p.hardware);
   } else {
     hw = hardware_from_options(opts, plan::Hardware{});

@@ -1,23 +1,38 @@
-// Options shared by the commands that simulate or plan for a machine (simulate, sweep):
+// Options shared by the commands that plan or simulate for a machine (plan, simulate, sweep):
 // every Hardware field can be set on the command line, over a base taken from a plan or
-// from the H100 figures of shared/WORKLOADS.md.
+// from the H100 figures of shared/WORKLOADS.md; and the step of a multi-step trace to use.
 #pragma once
 
+#include <cstdint>
+
+#include "teraio/core/error.hpp"
 #include "teraio/core/options.hpp"
+#include "teraio/core/strings.hpp"
+#include "teraio/core/units.hpp"
 #include "teraio/plan/hardware.hpp"
+#include "teraio/trace/lifetime.hpp"
+#include "teraio/trace/trace.hpp"
 
 namespace teraio::cli {
 
+// The defaults are named in the help text only, not declared as option defaults: an option
+// that is not given must leave the base hardware (a plan file's) untouched.
 inline void add_hardware_options(Options& opts) {
+  const plan::Hardware d;
+  const auto otherwise = [](const std::string& value) {
+    return cat(" (default ", value, "; given a plan file, the plan's)");
+  };
   opts.add("budget", "GPU memory budget for tracked tensors (e.g. 24GiB)");
-  opts.add("host-capacity", "pinned host tier capacity (0 disables it)");
-  opts.add("ssd-capacity", "SSD tier capacity (0 disables it)");
+  opts.add("host-capacity", "pinned host tier capacity; 0 disables it" + otherwise("0"));
+  opts.add("ssd-capacity", "SSD tier capacity; 0 disables it" + otherwise("0"));
   opts.add("pcie", "PCIe bandwidth each way (sets --d2h and --h2d)");
-  opts.add("d2h", "device-to-host bandwidth (e.g. 55GB/s)");
-  opts.add("h2d", "host-to-device bandwidth");
-  opts.add("ssd-write", "SSD write bandwidth, all paths together");
-  opts.add("ssd-read", "SSD read bandwidth, all paths together");
-  opts.add("latency", "fixed cost per migration request (e.g. 20us)");
+  opts.add("d2h", "device-to-host bandwidth" + otherwise(format_bandwidth(d.d2h_bandwidth)));
+  opts.add("h2d", "host-to-device bandwidth" + otherwise(format_bandwidth(d.h2d_bandwidth)));
+  opts.add("ssd-write",
+           "SSD write bandwidth, all paths together" + otherwise(format_bandwidth(d.ssd_write_bandwidth)));
+  opts.add("ssd-read",
+           "SSD read bandwidth, all paths together" + otherwise(format_bandwidth(d.ssd_read_bandwidth)));
+  opts.add("latency", "fixed cost per migration request" + otherwise(format_duration(d.request_latency_s)));
   opts.add_flag("gds", "SSD traffic uses GPUDirect Storage (does not cross the PCIe/host channel)");
 }
 
@@ -33,6 +48,14 @@ inline plan::Hardware hardware_from_options(const Options& opts, plan::Hardware 
   if (opts.has("latency")) hw.request_latency_s = opts.duration("latency");
   if (opts.flag("gds")) hw.gpudirect = true;
   return hw;
+}
+
+// Step `step` (the --step option) of a trace, re-indexed from 0. Plans are made for one
+// step, so plan, simulate and sweep must all cut the same one.
+inline trace::Trace one_step(trace::Trace t, std::int64_t step) {
+  if (step < 0) throw Error(ErrorKind::kInvalidArgument, "--step must not be negative");
+  if (t.step_begins.size() > 1 || step > 0) return trace::extract_step(t, static_cast<std::size_t>(step));
+  return t;
 }
 
 }  // namespace teraio::cli

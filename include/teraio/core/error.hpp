@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "teraio/core/strings.hpp"
+
 namespace teraio {
 
 enum class ErrorKind {
@@ -44,6 +46,14 @@ class Error : public std::runtime_error {
 
 // Throws Error{kind} with "what: strerror(err)" as message; kNoSpace for ENOSPC/EDQUOT.
 [[noreturn]] void throw_system_error(const std::string& what, int err);
+
+// throw_errno(errno, "cannot open ", path): the message is built only after errno has been
+// copied into `err`, so formatting (which may allocate and touch errno) cannot change the
+// reported cause — unlike throw_system_error(cat(...), errno), whose argument order is unspecified.
+template <typename... Parts>
+[[noreturn]] void throw_errno(int err, const Parts&... parts) {
+  throw_system_error(cat(parts...), err);
+}
 
 // std::source_location needs a compiler builtin that clang 14 (the fuzzer build) lacks; the
 // stand-in records the same file and line through builtins both compilers have.

@@ -11,10 +11,18 @@
 
 namespace teraio::io {
 
+// Decodes a cuFile status code (CUfileOpError: 0 or 5000 + n) as "5027 CU_FILE_HANDLE_NOT_REGISTERED
+// (file handle is not registered)"; unknown codes are named as such, never dropped.
+std::string describe_cufile_error(int code);
+// Decodes a negative return of cuFileRead/cuFileWrite: -1 means errno (passed in), any other
+// negative value is a negated CUfileOpError.
+std::string describe_cufile_io_result(long long ret, int err_no);
+
 struct CuFileStatus {
   bool library_loaded = false;  // libcufile.so found and all symbols resolved
   bool driver_open = false;     // cuFileDriverOpen succeeded
   bool nvfs_present = false;    // the nvidia-fs kernel driver is loaded (true GDS possible)
+  std::string library_path;     // the library dlopen found, empty when none
   std::string detail;           // human-readable: library path, versions, or why not
 };
 
@@ -32,6 +40,7 @@ class CuFileDriver {
  private:
   CuFileDriver();
   CuFileStatus status_;
+  bool owns_driver_ = false;  // this process's cuFileDriverOpen succeeded: close at exit
 };
 
 // One file registered with cuFile (fd opened with O_DIRECT). The constructor throws
@@ -52,6 +61,19 @@ class CuFileHandle {
  private:
   void* handle_ = nullptr;  // CUfileHandle_t
   std::string path_;
+};
+
+// Device memory registered with cuFile for the lifetime of this object (cuFileBufRegister),
+// which lets true GDS skip its internal bounce buffers. Throws Error{kCuFile} when it fails.
+class CuFileBufferRegistration {
+ public:
+  CuFileBufferRegistration(void* device, std::size_t n);
+  ~CuFileBufferRegistration();
+  CuFileBufferRegistration(const CuFileBufferRegistration&) = delete;
+  CuFileBufferRegistration& operator=(const CuFileBufferRegistration&) = delete;
+
+ private:
+  void* device_;
 };
 
 }  // namespace teraio::io

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace teraio::io {
 
@@ -43,5 +44,13 @@ std::unique_ptr<DeviceCopier> make_host_copier();
 // Throws Error{kUnsupported} in a build without CUDA, Error{kCuda} when the device is absent.
 std::unique_ptr<DeviceCopier> make_cuda_copier(int device);
 bool cuda_compiled_in();
+
+// What the CUDA runtime sees, for `teraio doctor` and test skips: one line per device
+// ("0: NVIDIA H100 80GB HBM3, 79.1 GiB, compute 9.0") and, when there is none, why. Never throws.
+struct CudaInventory {
+  std::vector<std::string> devices;
+  std::string detail;  // runtime/driver versions, or the reason no device is usable
+};
+CudaInventory cuda_inventory();
 
 }  // namespace teraio::io

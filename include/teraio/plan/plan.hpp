@@ -31,6 +31,8 @@ struct Migration {
   trace::OpIndex deadline = 0;
   // Must finish before the very next operator: served ahead of every other migration.
   bool urgent = false;
+
+  bool operator==(const Migration&) const = default;
 };
 
 struct Plan {

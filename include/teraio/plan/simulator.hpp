@@ -107,8 +107,8 @@ struct SimulationResult {
   std::vector<double> stall_per_op;
   std::vector<OpStall> top_stalls;
   std::uint64_t budget = 0;
-  std::uint64_t peak_memory = 0;  // device bytes, reported step
-  trace::OpIndex peak_op = 0;
+  std::uint64_t peak_memory = 0;            // device bytes, reported step
+  trace::OpIndex peak_op = 0;               // the first operator that starts with the most memory
   std::vector<std::uint64_t> memory_at_op;  // device bytes while each operator runs (at its start)
   std::array<ChannelReport, kChannelCount> channels{};
   // Bytes moved in the reported step: [tier][direction] with tier host=0/ssd=1, offload=0/prefetch=1.
@@ -147,8 +147,9 @@ struct StepBound {
 StepBound step_time_bound(const trace::Trace& trace, const Hardware& hardware);
 
 // Simulates `options.steps` steps of a single-step trace (a multi-step trace is cut to its
-// first step) under `plan` on `hardware`. Throws Error{kInvalidArgument} only for a plan that
-// names tensors the trace does not have or operators past its end.
+// first step) under `plan` on `hardware`. Throws Error{kInvalidArgument} only for an invalid
+// trace, a negative latency, or a plan that names tensors the trace does not have, operators
+// past its end, or a route whose bandwidth is 0 (channels no migration uses may be 0).
 SimulationResult simulate(const trace::Trace& trace, const Plan& plan, const Hardware& hardware,
                           const SimulationOptions& options = {});
 

@@ -71,8 +71,12 @@ struct Trace {
   bool operator==(const Trace&) const = default;
 };
 
-// Checks the invariants above and that every use names an existing operator; throws
-// Error{kFormat} naming the tensor or operator that breaks one.
+// Longest operator name a trace may hold. Real names are short ("aten::mm"); the binary form
+// interns names, so without a limit a few hostile bytes could expand into gigabytes.
+inline constexpr std::size_t kMaxOperatorName = 1024;
+
+// Checks the invariants above, that every use names an existing operator and that operator
+// names fit kMaxOperatorName; throws Error{kFormat} naming the tensor or operator that breaks one.
 void validate(const Trace& trace);
 
 // Trace files (docs/trace-format.md): JSON for interchange and a compact little-endian

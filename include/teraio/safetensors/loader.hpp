@@ -1,0 +1,119 @@
+// safetensors/loader: loads a whole safetensors file into ONE destination buffer (device
+// memory through a DeviceCopier, or host memory) with parallel chunked reads: cuFile straight
+// into device memory where GPUDirect Storage really works, else O_DIRECT reads into pinned
+// bounce buffers overlapped with the copies to the device, else buffered reads when the page
+// cache already holds the file. Tensors are then views into that buffer. The mode that ran,
+// and why, is reported in LoadStats, never guessed. Sharded Hugging Face checkpoints
+// (model.safetensors.index.json) load shard by shard.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "teraio/io/device_copy.hpp"
+#include "teraio/safetensors/header.hpp"
+
+namespace teraio::safetensors {
+
+enum class IoMode {
+  kAuto,      // cuFile if usable, else direct unless the file is mostly in the page cache
+  kCuFile,    // cuFile into device memory; fails when GDS is not usable
+  kDirect,    // O_DIRECT into pinned bounce buffers
+  kBuffered,  // ordinary reads through the page cache
+};
+std::string_view to_string(IoMode mode);
+// "auto", "cufile", "direct", "buffered"; throws Error{kInvalidArgument}.
+IoMode parse_io_mode(std::string_view text);
+
+struct LoadOptions {
+  IoMode io_mode = IoMode::kAuto;
+  // Where the data region goes: device memory (copier.allocate_device) or host memory.
+  io::MemoryKind destination = io::MemoryKind::kDevice;
+  std::uint64_t chunk_bytes = 16ull << 20;  // one read, rounded up to 4 KiB
+  unsigned chunks_in_flight = 4;            // bounce buffers, hence reads in flight
+  unsigned threads = 4;                     // POSIX backend threads
+  bool use_uring = true;                    // io_uring when built in and the kernel allows it
+  // Auto picks buffered reads when at least this share of the data region is cached.
+  double cached_threshold = 0.5;
+};
+
+struct LoadStats {
+  std::string mode;     // "cufile", "direct", "buffered"
+  std::string backend;  // "io_uring", "posix", "cufile"
+  std::string reason;   // why this mode ran (auto's decision, a fallback's cause)
+  std::uint64_t bytes = 0;
+  double seconds = 0;
+  double gigabytes_per_second() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
+};
+
+// The destination buffer: device memory freed through its copier, or host memory.
+class DataBuffer {
+ public:
+  DataBuffer() = default;
+  // n == 0 allocates nothing.
+  DataBuffer(io::DeviceCopier& copier, io::MemoryKind kind, std::size_t n);
+  ~DataBuffer();
+  DataBuffer(DataBuffer&& other) noexcept;
+  DataBuffer& operator=(DataBuffer&& other) noexcept;
+  DataBuffer(const DataBuffer&) = delete;
+  DataBuffer& operator=(const DataBuffer&) = delete;
+
+  std::byte* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  io::MemoryKind kind() const { return kind_; }
+
+ private:
+  void release() noexcept;
+
+  io::DeviceCopier* copier_ = nullptr;
+  io::MemoryKind kind_ = io::MemoryKind::kHost;
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+struct LoadedFile {
+  std::string path;
+  Header header;
+  DataBuffer buffer;  // the data region; tensor t lives at [t.begin, t.end) of it
+  LoadStats stats;
+
+  // Start of a tensor's bytes in the buffer (device or host memory); throws Error{kInvalidArgument}
+  // naming the file for an unknown tensor.
+  std::byte* tensor_data(std::string_view name) const;
+};
+
+LoadedFile load_file(const std::string& path, io::DeviceCopier& copier, const LoadOptions& options = {});
+
+// model.safetensors.index.json: which shard holds each tensor.
+struct CheckpointIndex {
+  std::string path;       // the index file
+  std::string directory;  // where its shards are
+  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> weight_map;  // tensor -> shard file name
+  std::vector<std::string> shards;                // distinct shard files, sorted
+};
+
+// Parses an index file; shard names must be relative paths inside the index's directory.
+CheckpointIndex parse_index(const std::string& index_path);
+
+struct LoadedCheckpoint {
+  CheckpointIndex index;  // for a single-file checkpoint: one shard, every tensor mapped to it
+  std::vector<LoadedFile> shards;
+  LoadStats stats;  // totals over all shards; mode/backend joined when they differ
+
+  // (shard, tensor) of a mapped tensor, or nullopt-like {nullptr, nullptr}.
+  std::pair<const LoadedFile*, const TensorInfo*> find(std::string_view name) const;
+};
+
+// Loads an index file, a directory holding model.safetensors.index.json or model.safetensors,
+// or a single .safetensors file. Every tensor the index maps must exist in its shard
+// (Error{kFormat} naming both otherwise); a missing shard file is an Error{kIo} naming it.
+LoadedCheckpoint load_index(const std::string& path, io::DeviceCopier& copier,
+                            const LoadOptions& options = {});
+
+}  // namespace teraio::safetensors

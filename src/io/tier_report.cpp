@@ -1,0 +1,59 @@
+// What the tier store reports: the code path that serves each SSD path, never guessed.
+#include "ssd_path.hpp"
+#include "teraio/core/strings.hpp"
+#include "teraio/core/units.hpp"
+#include "teraio/io/tier_store.hpp"
+
+namespace teraio::io {
+
+TierStoreReport TierStore::report() const {
+  TierStoreReport out;
+  out.copier = copier_.name();
+  out.host_capacity = host_->capacity();
+  out.host_used = host_->used();
+  out.host_bytes_written = host_bytes_written_;
+  out.host_bytes_read = host_bytes_read_;
+  out.stripe_unit = config_.stripe_unit;
+  out.chunk_bytes = config_.chunk_bytes;
+  out.checksums = config_.checksums;
+  for (std::size_t i = 0; i < paths_.size(); ++i) {
+    const SsdPath& path = *paths_[i];
+    PathReport r;
+    r.path = path.file->path();
+    r.backend = path.backend->name();
+    r.direct_io = path.file->direct_io();
+    r.buffered_reason = path.file->buffered_reason();
+    r.buffers_registered = path.buffers_registered;
+    r.cufile_active = path.cufile != nullptr && !config_.checksums;
+    r.cufile_detail =
+        path.cufile != nullptr && config_.checksums
+            ? cat(path.cufile_detail, "; bypassed because checksums need the bytes in host memory")
+            : path.cufile_detail;
+    r.capacity = stripes_->capacity(i);
+    r.used = stripes_->used(i);
+    r.bytes_written = path.bytes_written;
+    r.bytes_read = path.bytes_read;
+    out.paths.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::string format_report(const TierStoreReport& report) {
+  std::string text = cat("tier store (copier ", report.copier, ", chunk ", format_bytes(report.chunk_bytes),
+                         ", stripe unit ", format_bytes(report.stripe_unit), ", checksums ",
+                         report.checksums ? "on" : "off", ")\n");
+  text += cat("  host tier: ", format_bytes(report.host_used), " of ", format_bytes(report.host_capacity),
+              " used, ", format_bytes(report.host_bytes_written), " written, ",
+              format_bytes(report.host_bytes_read), " read\n");
+  for (const PathReport& p : report.paths) {
+    text += cat("  ssd path ", p.path, ": ", p.backend, ", ",
+                p.direct_io ? "O_DIRECT" : cat("buffered (", p.buffered_reason, ")"),
+                p.buffers_registered ? ", registered buffers" : "", ", cuFile ",
+                p.cufile_active ? "active" : "inactive", " (", p.cufile_detail, "), ", format_bytes(p.used),
+                " of ", format_bytes(p.capacity), " used, ", format_bytes(p.bytes_written), " written, ",
+                format_bytes(p.bytes_read), " read\n");
+  }
+  return text;
+}
+
+}  // namespace teraio::io

@@ -1,0 +1,145 @@
+// The CUDA DeviceCopier: round trips of odd sizes in both directions, many copies in flight,
+// errors as Error{kCuda}. Runs on the GPU machine; skips where no CUDA device is visible
+// (except the checks that a missing device is reported cleanly).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "teraio/core/error.hpp"
+#include "teraio/core/units.hpp"
+#include "teraio/io/device_copy.hpp"
+
+namespace teraio::io {
+namespace {
+
+bool have_device() {
+  return cuda_compiled_in() && !cuda_inventory().devices.empty();
+}
+
+TEST(CudaCopier, InventoryAlwaysExplainsItself) {
+  const CudaInventory inventory = cuda_inventory();
+  EXPECT_FALSE(inventory.detail.empty());
+  for (const auto& line : inventory.devices) std::printf("CUDA device %s\n", line.c_str());
+  std::printf("CUDA: %s\n", inventory.detail.c_str());
+}
+
+TEST(CudaCopier, MissingDeviceIsACleanError) {
+  if (!cuda_compiled_in()) {
+    EXPECT_THROW(make_cuda_copier(0), Error);
+    return;
+  }
+  const int count = static_cast<int>(cuda_inventory().devices.size());
+  try {
+    make_cuda_copier(count);  // one past the last device
+    FAIL() << "device " << count << " cannot exist";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCuda) << e.what();
+  }
+}
+
+// Page-aligned host memory, page-locked through the copier for the test's lifetime.
+class PinnedBuffer {
+ public:
+  PinnedBuffer(DeviceCopier& copier, std::size_t n)
+      : copier_(copier),
+        data_(static_cast<std::uint8_t*>(std::aligned_alloc(kPageSize, align_up(n, kPageSize)))) {
+    copier_.pin(data_, align_up(n, kPageSize));
+  }
+  ~PinnedBuffer() {
+    copier_.unpin(data_);
+    std::free(data_);
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  std::uint8_t* data() { return data_; }
+
+ private:
+  DeviceCopier& copier_;
+  std::uint8_t* data_;
+};
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer(DeviceCopier& copier, std::size_t n) : copier_(copier), data_(copier.allocate_device(n)) {}
+  ~DeviceBuffer() { copier_.free_device(data_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() { return data_; }
+
+ private:
+  DeviceCopier& copier_;
+  void* data_;
+};
+
+TEST(CudaCopier, RoundTripsOddSizesExactly) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  auto copier = make_cuda_copier(0);
+  EXPECT_TRUE(copier->is_cuda());
+  EXPECT_EQ(copier->name(), "cuda:0");
+  for (std::size_t n : {std::size_t{1}, std::size_t{199}, std::size_t{4095}, std::size_t{4097},
+                        std::size_t{3 * kMiB + 5}, std::size_t{64 * kMiB}}) {
+    PinnedBuffer source(*copier, n);
+    PinnedBuffer back(*copier, n);
+    DeviceBuffer device(*copier, n);
+    for (std::size_t i = 0; i < n; ++i) source.data()[i] = static_cast<std::uint8_t>(i * 131 + n);
+    std::memset(back.data(), 0, n);
+    copier->to_device(device.data(), source.data(), n)->wait();
+    auto event = copier->to_host(back.data(), device.data(), n);
+    event->wait();
+    EXPECT_TRUE(event->ready());
+    EXPECT_EQ(std::memcmp(source.data(), back.data(), n), 0) << n << " bytes";
+  }
+}
+
+TEST(CudaCopier, ManyCopiesInFlightInBothDirections) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  auto copier = make_cuda_copier(0);
+  constexpr std::size_t kChunk = 1 * kMiB;
+  constexpr int kChunks = 64;
+  PinnedBuffer up(*copier, kChunk * kChunks);
+  PinnedBuffer down(*copier, kChunk * kChunks);
+  DeviceBuffer a(*copier, kChunk * kChunks);
+  DeviceBuffer b(*copier, kChunk * kChunks);
+  for (std::size_t i = 0; i < kChunk * kChunks; ++i) up.data()[i] = static_cast<std::uint8_t>(i ^ (i >> 9));
+  // b holds known bytes first, so the later to_host of b can run beside the to_device of a.
+  copier->to_device(b.data(), up.data(), kChunk * kChunks)->wait();
+  std::vector<std::unique_ptr<CopyEvent>> events;
+  for (int c = 0; c < kChunks; ++c) {
+    const std::size_t off = static_cast<std::size_t>(c) * kChunk;
+    events.push_back(copier->to_device(static_cast<std::uint8_t*>(a.data()) + off, up.data() + off, kChunk));
+    events.push_back(copier->to_host(down.data() + off, static_cast<std::uint8_t*>(b.data()) + off, kChunk));
+  }
+  for (auto& e : events) e->wait();
+  for (auto& e : events) EXPECT_TRUE(e->ready());
+  EXPECT_EQ(std::memcmp(up.data(), down.data(), kChunk * kChunks), 0);
+  events.clear();
+  copier->to_host(down.data(), a.data(), kChunk * kChunks)->wait();
+  EXPECT_EQ(std::memcmp(up.data(), down.data(), kChunk * kChunks), 0);
+}
+
+TEST(CudaCopier, FailuresAreCudaErrors) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  auto copier = make_cuda_copier(0);
+  PinnedBuffer host(*copier, kPageSize);
+  // Registering the same memory twice is refused by the runtime.
+  EXPECT_THROW(copier->pin(host.data(), kPageSize), Error);
+  // An allocation no GPU can satisfy: refused synchronously, without poisoning the context.
+  try {
+    copier->allocate_device(std::size_t{1} << 50);
+    FAIL() << "a 1 PiB device allocation cannot succeed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCuda) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cudaMalloc"), std::string::npos) << e.what();
+    std::printf("refused as expected: %s\n", e.what());
+  }
+  // The copier stays usable after a refused call.
+  DeviceBuffer device(*copier, kPageSize);
+  copier->to_device(device.data(), host.data(), kPageSize)->wait();
+}
+
+}  // namespace
+}  // namespace teraio::io
