@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "command.hpp"
 #include "hardware_options.hpp"
 #include "teraio/core/error.hpp"
@@ -19,48 +21,41 @@
 namespace teraio::cli {
 namespace {
 
-// `text` as the body of a JSON string: the trace's source is free-form and may hold quotes.
-std::string json_escaped(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 void write_summary(const std::string& path, const trace::Trace& t, const plan::Plan& p,
                    const plan::Hardware& hw, const plan::SimulationResult& r, const plan::StepBound& bound,
                    bool planned_here) {
+  const nlohmann::json summary = {
+      {"source", t.source},
+      {"budget_bytes", hw.gpu_budget},
+      {"plan_feasible", p.feasible},
+      {"planned_here", planned_here},
+      {"migrations", p.migrations.size()},
+      {"step_s", r.step_time_s},
+      {"ideal_s", r.ideal_step_time_s},
+      {"share_of_ideal", r.share_of_ideal},
+      {"stall_s", r.stall_s},
+      {"peak_bytes", r.peak_memory},
+      {"host_peak_bytes", r.host_peak},
+      {"ssd_peak_bytes", r.ssd_peak},
+      {"host_bytes_out", r.tier_bytes[0][0]},
+      {"ssd_bytes_out", r.tier_bytes[1][0]},
+      {"evictions", r.evictions},
+      {"eviction_bytes", r.eviction_bytes},
+      {"demand_fetches", r.demand_fetches},
+      {"violations", r.violation_count()},
+      {"pcie_d2h_util", r.channels[0].utilization},
+      {"pcie_h2d_util", r.channels[1].utilization},
+      {"ssd_write_util", r.channels[2].utilization},
+      {"ssd_read_util", r.channels[3].utilization},
+      {"bound_s", bound.bound_s},
+      {"bound_share", bound.max_share},
+  };
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) throw_errno(errno, "cannot open ", path);
-  std::fprintf(
-      f,
-      "{\"source\": \"%s\", \"budget_bytes\": %llu, \"plan_feasible\": %s, \"planned_here\": %s, "
-      "\"migrations\": %zu, \"step_s\": %.6f, \"ideal_s\": %.6f, \"share_of_ideal\": %.6f, "
-      "\"stall_s\": %.6f, \"peak_bytes\": %llu, \"host_peak_bytes\": %llu, \"ssd_peak_bytes\": %llu, "
-      "\"host_bytes_out\": %llu, \"ssd_bytes_out\": %llu, \"evictions\": %llu, "
-      "\"eviction_bytes\": %llu, \"demand_fetches\": %llu, \"violations\": %zu, "
-      "\"pcie_d2h_util\": %.4f, \"pcie_h2d_util\": %.4f, \"ssd_write_util\": %.4f, "
-      "\"ssd_read_util\": %.4f, \"bound_s\": %.6f, \"bound_share\": %.6f}\n",
-      json_escaped(t.source).c_str(), static_cast<unsigned long long>(hw.gpu_budget),
-      p.feasible ? "true" : "false", planned_here ? "true" : "false", p.migrations.size(), r.step_time_s,
-      r.ideal_step_time_s, r.share_of_ideal, r.stall_s, static_cast<unsigned long long>(r.peak_memory),
-      static_cast<unsigned long long>(r.host_peak), static_cast<unsigned long long>(r.ssd_peak),
-      static_cast<unsigned long long>(r.tier_bytes[0][0]),
-      static_cast<unsigned long long>(r.tier_bytes[1][0]), static_cast<unsigned long long>(r.evictions),
-      static_cast<unsigned long long>(r.eviction_bytes), static_cast<unsigned long long>(r.demand_fetches),
-      r.violation_count(), r.channels[0].utilization, r.channels[1].utilization, r.channels[2].utilization,
-      r.channels[3].utilization, bound.bound_s, bound.max_share);
-  if (std::fclose(f) != 0) throw_errno(errno, "cannot write ", path);
+  // The trace's source is free-form text; replace invalid UTF-8 rather than fail the run.
+  const std::string text = summary.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !written) throw_errno(errno, "cannot write ", path);
 }
 
 // The memory curve against the budget, operator by operator, for plotting.

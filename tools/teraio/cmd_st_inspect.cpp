@@ -7,6 +7,8 @@
 #include <map>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "command.hpp"
 #include "teraio/core/options.hpp"
 #include "teraio/core/strings.hpp"
@@ -25,47 +27,24 @@ std::string shape_text(const TensorInfo& t) {
   return text + "]";
 }
 
-// Tensor names and metadata are arbitrary UTF-8: escape what JSON requires.
-std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\u%04x", u);
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 void print_json(const std::string& path, const Header& h) {
-  std::printf("{\"file\": %s, \"header_bytes\": %llu, \"data_offset\": %llu, \"data_bytes\": %llu,\n",
-              quoted(path).c_str(), static_cast<unsigned long long>(h.header_bytes),
-              static_cast<unsigned long long>(h.data_offset), static_cast<unsigned long long>(h.data_bytes));
-  std::printf(" \"metadata\": {");
-  bool first = true;
-  for (const auto& [key, value] : h.metadata) {
-    std::printf("%s%s: %s", first ? "" : ", ", quoted(key).c_str(), quoted(value).c_str());
-    first = false;
-  }
-  std::printf("},\n \"tensors\": [");
-  first = true;
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
   for (const TensorInfo& t : h.tensors) {
-    std::printf(
-        "%s\n  {\"name\": %s, \"dtype\": \"%s\", \"shape\": %s, \"begin\": %llu, \"end\": %llu, \"bytes\": "
-        "%llu}",
-        first ? "" : ",", quoted(t.name).c_str(), std::string(safetensors::dtype_name(t.dtype)).c_str(),
-        shape_text(t).c_str(), static_cast<unsigned long long>(t.begin),
-        static_cast<unsigned long long>(t.end), static_cast<unsigned long long>(t.bytes()));
-    first = false;
+    tensors.push_back({{"name", t.name},
+                       {"dtype", safetensors::dtype_name(t.dtype)},
+                       {"shape", t.shape},
+                       {"begin", t.begin},
+                       {"end", t.end},
+                       {"bytes", t.bytes()}});
   }
-  std::printf("\n]}\n");
+  const nlohmann::ordered_json document = {{"file", path},
+                                           {"header_bytes", h.header_bytes},
+                                           {"data_offset", h.data_offset},
+                                           {"data_bytes", h.data_bytes},
+                                           {"metadata", h.metadata},
+                                           {"tensors", tensors}};
+  // Names come from the file: replace invalid UTF-8 rather than refuse to print the header.
+  std::printf("%s\n", document.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
 }
 
 void print_table(const std::string& path, const Header& h) {

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 #include "teraio/core/strings.hpp"
 #include "teraio/core/units.hpp"
 
@@ -12,27 +14,6 @@ std::string fixed(double value, int decimals) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
   return buffer;
-}
-
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char escaped[8];
-          std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
-          out += escaped;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
 }
 
 // Left-aligned in width columns, and always followed by at least one space.
@@ -57,23 +38,25 @@ std::string format_table(const BenchReport& report) {
 }
 
 std::string to_json(const BenchReport& report) {
-  std::string out = "{\n  \"facts\": {";
-  for (std::size_t i = 0; i < report.facts.size(); ++i) {
-    out += cat(i == 0 ? "\n" : ",\n", "    ", json_string(report.facts[i].first), ": ",
-               json_string(report.facts[i].second));
+  // Ordered, so that the file lists facts and rows in the order the table shows them.
+  nlohmann::ordered_json facts = nlohmann::ordered_json::object();
+  for (const auto& [name, value] : report.facts) facts[name] = value;
+  nlohmann::ordered_json results = nlohmann::ordered_json::array();
+  for (const BenchRow& r : report.rows) {
+    results.push_back({{"mode", r.mode},
+                       {"direction", r.direction},
+                       {"backend", r.backend},
+                       {"paths", r.paths},
+                       {"bytes", r.bytes},
+                       {"seconds", r.seconds},
+                       {"gb_per_s", r.bps() / 1e9},
+                       {"raw_gb_per_s", r.raw_bps / 1e9},
+                       {"raw", r.raw_name},
+                       {"ratio", r.ratio()},
+                       {"note", r.note}});
   }
-  out += "\n  },\n  \"results\": [";
-  for (std::size_t i = 0; i < report.rows.size(); ++i) {
-    const BenchRow& r = report.rows[i];
-    out += cat(i == 0 ? "\n" : ",\n", "    {\"mode\": ", json_string(r.mode),
-               ", \"direction\": ", json_string(r.direction), ", \"backend\": ", json_string(r.backend),
-               ", \"paths\": ", r.paths, ", \"bytes\": ", r.bytes, ", \"seconds\": ", fixed(r.seconds, 6),
-               ", \"gb_per_s\": ", fixed(r.bps() / 1e9, 4), ", \"raw_gb_per_s\": ", fixed(r.raw_bps / 1e9, 4),
-               ", \"raw\": ", json_string(r.raw_name), ", \"ratio\": ", fixed(r.ratio(), 4),
-               ", \"note\": ", json_string(r.note), "}");
-  }
-  out += "\n  ]\n}\n";
-  return out;
+  const nlohmann::ordered_json document = {{"facts", facts}, {"results", results}};
+  return document.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace teraio::cli
