@@ -1,7 +1,8 @@
 // The io_uring backend: one ring per file, submissions under a mutex, one completion thread
 // that hands each CQE's result to its request's completion. Requests beyond the ring's depth
 // wait in a backlog and are submitted as completions free slots, so submit() never blocks on
-// the disk.
+// the disk. A request the kernel refuses to take (io_uring_submit failing) is taken back out
+// of the ring and failed, so no request is ever left waiting for a completion that cannot come.
 #include "teraio/core/error.hpp"
 #include "teraio/io/io_backend.hpp"
 
@@ -9,14 +10,19 @@
 #include <liburing.h>
 #include <sys/uio.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "teraio/core/log.hpp"
 #include "teraio/core/strings.hpp"
+#include "teraio/core/units.hpp"
 #endif
 
 namespace teraio::io {
@@ -24,9 +30,21 @@ namespace teraio::io {
 #if TERAIO_HAVE_URING
 namespace {
 
+// An SQE's length is 32 bits and the kernel moves at most ~2 GiB per request: longer requests
+// are cut here and the caller resumes the short transfer (see IoOperation).
+constexpr std::size_t kMaxRequestBytes = kGiB;
+// io_uring_submit's EAGAIN/EBUSY are transient (kernel allocation, completion ring backlog
+// that the completion thread is reaping): retried this many times before the request fails.
+constexpr int kSubmitRetries = 1000;
+
 struct UringOp {
   IoRequest request;
   IoCompletion done;
+};
+
+struct FailedOp {
+  std::unique_ptr<UringOp> op;
+  int error;
 };
 
 class UringBackend final : public IoBackend {
@@ -37,12 +55,13 @@ class UringBackend final : public IoBackend {
     completer_ = std::thread([this] { complete_loop(); });
   }
 
-  // Drains: waits for every request in flight or in the backlog, then stops the completion thread.
+  // Drains: every request in flight or in the backlog completes before the ring goes away.
   ~UringBackend() override {
     {
-      std::unique_lock lock(mutex_);
-      push_nop_locked();
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
     }
+    wake_.notify_all();
     completer_.join();
     if (registered_) io_uring_unregister_buffers(&ring_);
     io_uring_queue_exit(&ring_);
@@ -64,22 +83,36 @@ class UringBackend final : public IoBackend {
   }
 
   void submit(const IoRequest& request, IoCompletion done) override {
-    auto* op = new UringOp{request, std::move(done)};
-    std::lock_guard lock(mutex_);
-    if (in_flight_ >= depth_) {
-      backlog_.push_back(op);
-      return;
+    auto op = std::make_unique<UringOp>(UringOp{request, std::move(done)});
+    {
+      std::lock_guard lock(mutex_);
+      if (in_flight_ >= depth_) {
+        backlog_.push_back(std::move(op));
+        return;
+      }
+      const int rc = push_locked(op.get());
+      if (rc < 0) {
+        // Taken back out of the ring: its completion will never run, as submit() promises on throw.
+        throw Error(ErrorKind::kIo,
+                    cat("io_uring_submit of a ", request.length, "-byte request at offset ", request.offset,
+                        ": ", std::strerror(-rc)),
+                    -rc);
+      }
+      static_cast<void>(op.release());  // owned by the ring until its CQE is reaped
+      // Under the lock: the request may complete, and its waiter destroy this backend, before
+      // an unlocked notify would run.
+      wake_.notify_one();
     }
-    push_locked(op);
   }
 
  private:
-  void push_locked(UringOp* op) {
+  // Returns 0, or -errno when the kernel refused the request (it is then no longer in the ring).
+  int push_locked(UringOp* op) {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     TERAIO_ASSERT(sqe != nullptr);  // in_flight_ < depth_ guarantees a free entry
     const IoRequest& r = op->request;
     const bool fixed = registered_ && r.registered_buffer >= 0;
-    const auto length = static_cast<unsigned>(r.length);
+    const auto length = static_cast<unsigned>(std::min(r.length, kMaxRequestBytes));
     if (r.direction == IoDirection::kRead) {
       if (fixed) {
         io_uring_prep_read_fixed(sqe, fd_, r.buffer, length, r.offset, r.registered_buffer);
@@ -92,71 +125,79 @@ class UringBackend final : public IoBackend {
       io_uring_prep_write(sqe, fd_, r.buffer, length, r.offset);
     }
     io_uring_sqe_set_data(sqe, op);
-    ++in_flight_;
-    submit_locked();
-  }
-
-  void push_nop_locked() {
-    // The ring may be full: the NOP goes in when a slot frees (see complete_loop).
-    if (in_flight_ >= depth_) {
-      nop_pending_ = true;
-      return;
-    }
-    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-    TERAIO_ASSERT(sqe != nullptr);
-    io_uring_prep_nop(sqe);
-    // IO_DRAIN: the NOP completes only after every request submitted before it.
-    io_uring_sqe_set_flags(sqe, IOSQE_IO_DRAIN);
-    io_uring_sqe_set_data(sqe, nullptr);
-    ++in_flight_;
-    submit_locked();
-  }
-
-  void submit_locked() {
-    int rc;
-    do {
+    int rc = 0;
+    for (int attempt = 0; attempt <= kSubmitRetries; ++attempt) {
       rc = io_uring_submit(&ring_);
-    } while (rc == -EINTR || rc == -EAGAIN);
-    if (rc < 0) log::error("io_uring_submit failed: ", std::strerror(-rc));
+      if (rc > 0) break;
+      // 0: the kernel took nothing this time; like EAGAIN/EBUSY, worth another try.
+      if (rc == -EINTR || rc == 0) continue;
+      if (rc != -EAGAIN && rc != -EBUSY) break;
+      std::this_thread::yield();
+    }
+    if (rc == 0) rc = -EAGAIN;
+    if (rc > 0) {
+      ++in_flight_;
+      return 0;
+    }
+    take_back_unsubmitted_locked();
+    return rc;
+  }
+
+  // io_uring_submit publishes the entry to the kernel before entering it; when entering fails
+  // the kernel has consumed nothing, and the entry would otherwise run with the next successful
+  // submit, after its request has been failed and freed. Every submit() pushes exactly one
+  // entry and takes it back on failure, so what is unconsumed is exactly that one entry.
+  void take_back_unsubmitted_locked() {
+    const unsigned consumed = io_uring_smp_load_acquire(ring_.sq.khead);
+    ring_.sq.sqe_tail = consumed;
+    ring_.sq.sqe_head = consumed;
+    io_uring_smp_store_release(ring_.sq.ktail, consumed);
+  }
+
+  // Moves backlog entries into the ring while it has room; those the kernel refuses are
+  // returned to be failed outside the lock (their completions may submit again).
+  void refill_locked(std::vector<FailedOp>& failed) {
+    while (!backlog_.empty() && in_flight_ < depth_) {
+      std::unique_ptr<UringOp> next = std::move(backlog_.front());
+      backlog_.pop_front();
+      const int rc = push_locked(next.get());
+      if (rc < 0) {
+        failed.push_back({std::move(next), rc});
+      } else {
+        static_cast<void>(next.release());
+      }
+    }
   }
 
   void complete_loop() {
     for (;;) {
+      {
+        // Waits on the ring only while a CQE is owed: every counted request was taken by the
+        // kernel, so the wait below always ends, and shutdown needs no wake-up entry.
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [this] { return in_flight_ > 0 || stopping_; });
+        if (in_flight_ == 0)
+          return;  // stopping, nothing owed (the backlog is empty when nothing is in flight)
+      }
       io_uring_cqe* cqe = nullptr;
       const int rc = io_uring_wait_cqe(&ring_, &cqe);
       if (rc == -EINTR) continue;
       if (rc < 0) {
         log::error("io_uring_wait_cqe failed: ", std::strerror(-rc));
+        std::this_thread::yield();
         continue;
       }
-      auto* op = static_cast<UringOp*>(io_uring_cqe_get_data(cqe));
+      std::unique_ptr<UringOp> op(static_cast<UringOp*>(io_uring_cqe_get_data(cqe)));
       const std::int64_t result = cqe->res;
       io_uring_cqe_seen(&ring_, cqe);
-      bool stop = false;
+      std::vector<FailedOp> failed;
       {
         std::lock_guard lock(mutex_);
         --in_flight_;
-        if (op == nullptr) {
-          stop = true;
-        } else if (!backlog_.empty()) {
-          UringOp* next = backlog_.front();
-          backlog_.pop_front();
-          push_locked(next);
-        } else if (nop_pending_) {
-          nop_pending_ = false;
-          push_nop_locked();
-        }
+        refill_locked(failed);
       }
-      if (op != nullptr) {
-        op->done(result);
-        delete op;
-      }
-      if (stop) {
-        std::lock_guard lock(mutex_);
-        // Requests resubmitted by completions that ran after the NOP was queued.
-        if (in_flight_ == 0 && backlog_.empty()) return;
-        push_nop_locked();
-      }
+      op->done(result);
+      for (FailedOp& f : failed) f.op->done(f.error);
     }
   }
 
@@ -164,9 +205,10 @@ class UringBackend final : public IoBackend {
   unsigned depth_;
   io_uring ring_{};
   std::mutex mutex_;
-  unsigned in_flight_ = 0;
-  std::deque<UringOp*> backlog_;
-  bool nop_pending_ = false;
+  std::condition_variable wake_;
+  unsigned in_flight_ = 0;  // entries the kernel has taken and not yet completed
+  std::deque<std::unique_ptr<UringOp>> backlog_;
+  bool stopping_ = false;
   bool registered_ = false;
   std::thread completer_;
 };

@@ -275,11 +275,13 @@ void CuFileHandle::read(void* device_dst, std::size_t n, std::uint64_t file_offs
     errno = 0;
     const ssize_t got = lib.read(handle_, device_dst, n - done, static_cast<off_t>(file_offset + done),
                                  static_cast<off_t>(done));
+    // Taken at once: building the message allocates, and may change errno before it is read.
+    const int err = errno;
     if (got < 0) {
       throw Error(ErrorKind::kCuFile,
                   cat("cuFileRead(", path_, ", offset ", file_offset + done, ", ", n - done,
-                      " bytes): ", describe_cufile_io_result(got, errno)),
-                  got == -1 ? errno : 0);
+                      " bytes): ", describe_cufile_io_result(got, err)),
+                  got == -1 ? err : 0);
     }
     if (got == 0) {
       throw Error(ErrorKind::kIo, cat("cuFileRead(", path_, ", offset ", file_offset + done, ", ", n - done,

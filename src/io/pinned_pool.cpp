@@ -116,10 +116,10 @@ std::size_t PinnedBufferPool::available() const {
 }
 
 void PinnedBufferPool::give_back(std::byte* data) {
-  {
-    std::lock_guard lock(mutex_);
-    free_.push_back(data);
-  }
+  // Notified under the lock: once the last buffer is back the owner may destroy the pool, and
+  // an unlocked notify could then touch a destroyed condition variable.
+  std::lock_guard lock(mutex_);
+  free_.push_back(data);
   freed_.notify_one();
 }
 

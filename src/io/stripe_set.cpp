@@ -1,5 +1,8 @@
 #include "teraio/io/stripe_set.hpp"
 
+#include <algorithm>
+#include <numeric>
+
 #include "teraio/core/error.hpp"
 #include "teraio/core/strings.hpp"
 #include "teraio/core/units.hpp"
@@ -28,12 +31,24 @@ std::optional<StripeLayout> StripeSet::allocate(std::uint64_t bytes) {
 }
 
 std::optional<StripeLayout> StripeSet::allocate_whole(std::uint64_t bytes) {
+  // Most free space first, for balance; but free space may be fragmented, so a path that
+  // cannot hold the range contiguously hands it on to the next one instead of failing it.
+  // Free space read once: releases run concurrently, and sorting on changing keys is undefined.
+  std::vector<std::uint64_t> free(allocators_.size());
+  for (std::size_t p = 0; p < free.size(); ++p) free[p] = allocators_[p]->capacity() - allocators_[p]->used();
+  std::vector<std::size_t> order(allocators_.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return free[a] > free[b]; });
   std::size_t best = 0;
-  for (std::size_t p = 1; p < allocators_.size(); ++p) {
-    const auto free_of = [&](std::size_t i) { return allocators_[i]->capacity() - allocators_[i]->used(); };
-    if (free_of(p) > free_of(best)) best = p;
+  std::optional<std::uint64_t> offset;
+  for (const std::size_t p : order) {
+    offset = allocators_[p]->allocate(bytes);
+    if (offset) {
+      best = p;
+      break;
+    }
   }
-  auto offset = allocators_[best]->allocate(bytes);
   if (!offset) return std::nullopt;
   StripeLayout layout;
   layout.reservations.push_back({best, *offset, bytes});

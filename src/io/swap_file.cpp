@@ -1,6 +1,7 @@
 #include "teraio/io/swap_file.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -78,6 +79,28 @@ void preallocate(int fd, const std::string& path, std::uint64_t capacity) {
   throw_system_error(cat("preallocating ", capacity, " bytes for swap file ", path), rc);
 }
 
+// Two users of one swap file (the same directory given twice, or two processes of one rank)
+// would place different tensors at the same offsets and silently overwrite each other. The
+// lock belongs to this open file description, so it also catches a second open in-process.
+void claim(int fd, const std::string& path) {
+  int rc;
+  do {
+    rc = ::flock(fd, LOCK_EX | LOCK_NB);
+  } while (rc != 0 && errno == EINTR);
+  if (rc == 0) return;
+  const int err = errno;
+  if (err == EWOULDBLOCK) {
+    throw Error(
+        ErrorKind::kInvalidArgument,
+        cat("swap file ", path,
+            " is already in use (an SSD tier path given twice, or another TeraIO process of the same rank)"),
+        err);
+  }
+  // Some network filesystems have no flock: the file is used unguarded, as it would be anyway.
+  log::warn("swap file ", path, ": cannot lock it (", std::strerror(err),
+            "); not guarded against a second user");
+}
+
 }  // namespace
 
 SwapFile::SwapFile(const std::string& directory, int rank, std::uint64_t capacity, bool unlink_after_open,
@@ -104,6 +127,7 @@ SwapFile::SwapFile(const std::string& directory, int rank, std::uint64_t capacit
   if (fd_ < 0) throw_errno(errno, "cannot open swap file ", path_);
   if (!direct_io_) log::warn("swap file ", path_, ": ", buffered_reason_, "; using buffered I/O");
   try {
+    claim(fd_, path_);
     check_free_space(fd_, path_, capacity_);
     preallocate(fd_, path_, capacity_);
   } catch (...) {

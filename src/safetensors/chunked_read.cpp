@@ -1,6 +1,7 @@
 #include "chunked_read.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -107,10 +108,10 @@ class Pipeline {
     request.offset = c.start + c.got;
     try {
       read_.backend->submit(request, [this, index](std::int64_t result) {
-        {
-          std::lock_guard lock(mutex_);
-          completions_.push_back({index, result});
-        }
+        // Notified under the lock: once the last completion is seen, run() may return and this
+        // pipeline (with its condition variable) be destroyed before an unlocked notify ran.
+        std::lock_guard lock(mutex_);
+        completions_.push_back({index, result});
         completed_.notify_one();
       });
       ++in_flight_;
@@ -132,6 +133,11 @@ class Pipeline {
     Chunk& c = chunks_[done.chunk];
     const std::string where =
         cat(read_.path, ": read of ", c.request - c.got, " bytes at offset ", c.start + c.got);
+    if ((done.result == -EINTR || done.result == -EAGAIN) && !error_) {
+      // Transient: the kernel moved nothing, ask again (as IoOperation does for the tier store).
+      submit(done.chunk);
+      return;
+    }
     if (done.result < 0) {
       record_error(std::make_exception_ptr(
           Error(ErrorKind::kIo, cat(where, " failed: ", std::strerror(static_cast<int>(-done.result))),

@@ -44,8 +44,8 @@ class TempFile {
       const ssize_t put = ::pwrite(fd_, p + done, n - done, static_cast<off_t>(offset_ + done));
       if (put < 0 && errno == EINTR) continue;
       if (put < 0)
-        throw_system_error(
-            cat("cannot write ", n - done, " bytes at offset ", offset_ + done, " of ", temp_path_), errno);
+        throw_errno(errno, "cannot write ", n - done, " bytes at offset ", offset_ + done, " of ",
+                    temp_path_);
       if (put == 0)
         throw Error(ErrorKind::kIo, cat("write of ", n - done, " bytes at offset ", offset_ + done, " of ",
                                         temp_path_, " made no progress"));
@@ -121,7 +121,7 @@ std::vector<Planned> plan_layout(const std::vector<TensorView>& tensors, const s
 }
 
 std::string header_json(const std::vector<Planned>& planned,
-                        const std::map<std::string, std::string>& metadata) {
+                        const std::map<std::string, std::string>& metadata, const std::string& path) {
   nlohmann::ordered_json json = nlohmann::ordered_json::object();
   if (!metadata.empty()) json[std::string(kMetadataKey)] = metadata;
   std::uint64_t offset = 0;
@@ -133,7 +133,13 @@ std::string header_json(const std::vector<Planned>& planned,
     json[p.view->name] = std::move(entry);
     offset += p.bytes;
   }
-  std::string text = json.dump();
+  std::string text;
+  try {
+    text = json.dump();
+  } catch (const nlohmann::ordered_json::exception& e) {
+    // JSON text must be UTF-8: a tensor name or metadata string that is not cannot be saved.
+    throw Error(ErrorKind::kInvalidArgument, cat("saving ", path, ": cannot write the header: ", e.what()));
+  }
   // The reference writer pads with spaces so that the data region starts 8-byte aligned.
   text.append((8 - text.size() % 8) % 8, ' ');
   return text;
@@ -185,7 +191,7 @@ void write_device_tensor(TempFile& file, const TensorView& t, std::uint64_t byte
 void save_file(const std::vector<TensorView>& tensors, const std::map<std::string, std::string>& metadata,
                const std::string& path, const SaveOptions& options) {
   const std::vector<Planned> planned = plan_layout(tensors, path);
-  const std::string header = header_json(planned, metadata);
+  const std::string header = header_json(planned, metadata, path);
   if (header.size() > kMaxHeaderBytes) {
     throw Error(ErrorKind::kInvalidArgument,
                 cat("saving ", path, ": header of ", header.size(), " bytes exceeds the format's limit"));

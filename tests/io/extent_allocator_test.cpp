@@ -122,6 +122,23 @@ TEST(StripeSet, LargeRangesAreDealtRoundRobin) {
   for (std::size_t p = 0; p < 3; ++p) EXPECT_EQ(set.used(p), 0u);
 }
 
+// The path with the most free space may hold it only in pieces: a range that fits whole on
+// another path must go there, not be refused as "tier full".
+TEST(StripeSet, FragmentedFreestPathHandsSmallRangesOn) {
+  StripeSet set({64 * kKiB, 40 * kKiB}, 64 * kKiB);
+  auto x1 = set.allocate(16 * kKiB);
+  auto x2 = set.allocate(16 * kKiB);
+  auto x3 = set.allocate(16 * kKiB);
+  auto x4 = set.allocate(16 * kKiB);
+  ASSERT_TRUE(x1 && x2 && x3 && x4);
+  ASSERT_EQ(x2->reservations[0].path, 0u);
+  ASSERT_EQ(x3->reservations[0].path, 1u);
+  set.release(*x2);  // path 0: 32 KiB free in two 16 KiB holes; path 1: 24 KiB in one
+  auto y = set.allocate(20 * kKiB);
+  ASSERT_TRUE(y) << "20 KiB fits on path 1";
+  EXPECT_EQ(y->reservations[0].path, 1u);
+}
+
 TEST(StripeSet, FullTierReservesNothing) {
   StripeSet set({8 * kMiB, 2 * kMiB}, kMiB);
   // Needs 5 MiB on path 0 and 5 MiB on path 1: path 1 cannot hold its share.

@@ -399,6 +399,24 @@ TEST(TierFaults, HostTierChecksumsRoundTrip) {
   EXPECT_FALSE(store.allocate(TierKind::kSsd, 1)) << "no SSD tier configured";
 }
 
+// One swap file serving two stripes (or two stores) would put different tensors at the same
+// offsets: the second user is refused instead of silently corrupting the first one's data.
+TEST(TierFaults, OneSwapFileUsedTwiceIsRefused) {
+  TempDir dir;
+  auto copier = make_host_copier();
+  expect_error(
+      [&] {
+        TierStore store(*copier, config_for({dir.path(), dir.path() + "/"}));
+      },
+      ErrorKind::kInvalidArgument, {"already in use", dir.path()});
+  TierStore first(*copier, config_for({dir.path()}));
+  expect_error([&] { TierStore second(*copier, config_for({dir.path()})); }, ErrorKind::kInvalidArgument,
+               {"already in use"});
+  EngineConfig other_rank = config_for({dir.path()});
+  other_rank.rank = 1;
+  EXPECT_NO_THROW(TierStore third(*copier, other_rank));
+}
+
 TEST(TierFaults, BadConfigurationIsRejected) {
   TempDir dir;
   auto copier = make_host_copier();

@@ -22,14 +22,16 @@ namespace {
 using testing::pattern;
 using testing::TempDir;
 
-// Carries out only half of each request (in 512-byte blocks), or fails request fail_at.
+// Carries out only half of each request (in 512-byte blocks), or fails request fail_at with
+// -fail_errno.
 class HalvingBackend final : public io::IoBackend {
  public:
-  HalvingBackend(int fd, int fail_at) : inner_(io::make_posix_backend(fd, 2)), fail_at_(fail_at) {}
+  HalvingBackend(int fd, int fail_at, int fail_errno = EIO)
+      : inner_(io::make_posix_backend(fd, 2)), fail_at_(fail_at), fail_errno_(fail_errno) {}
   std::string name() const override { return "halving"; }
   void submit(const io::IoRequest& request, io::IoCompletion done) override {
     if (++count_ == fail_at_) {
-      done(-EIO);
+      done(-fail_errno_);
       return;
     }
     io::IoRequest half = request;
@@ -41,6 +43,7 @@ class HalvingBackend final : public io::IoBackend {
  private:
   std::unique_ptr<io::IoBackend> inner_;
   int fail_at_;
+  int fail_errno_;
   int count_ = 0;
 };
 
@@ -95,6 +98,17 @@ TEST_P(ChunkedReadTest, FailureNamesPathAndOffset) {
     EXPECT_EQ(e.sys_errno(), EIO);
     EXPECT_NE(std::string(e.what()).find(path_), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("at offset"), std::string::npos) << e.what();
+  }
+}
+
+// EAGAIN and EINTR mean the kernel moved nothing yet: the chunk is asked for again, as the
+// tier store's IoOperation does, instead of failing the whole load.
+TEST_P(ChunkedReadTest, TransientErrorsAreRetried) {
+  for (const int transient : {EAGAIN, EINTR}) {
+    HalvingBackend backend(fd_, 3, transient);
+    std::vector<std::byte> dst(250000);
+    detail::run_chunked_read(read(backend, 333, dst.size(), dst.data()));
+    EXPECT_EQ(std::memcmp(dst.data(), bytes_.data() + 333, dst.size()), 0) << "errno " << transient;
   }
 }
 

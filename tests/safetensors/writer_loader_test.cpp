@@ -183,6 +183,23 @@ TEST(Save, RefusesBadTensorsAndLeavesNoFile) {
   EXPECT_THROW(save_file({{"x", Dtype::kU8, {4}, b}}, {}, "/nonexistent/dir/x.safetensors"), Error);
 }
 
+// JSON text is UTF-8: a name that is not must be refused as a teraio::Error (not a JSON
+// library exception escaping the API), leaving no file behind.
+TEST(Save, NameThatIsNotUtf8IsRefused) {
+  TempDir dir;
+  const std::string path = dir.file("bad_name.safetensors");
+  std::byte b[4]{};
+  try {
+    save_file({{"bad\xff\xfename", Dtype::kU8, {4}, b}}, {}, path);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(save_file({{"x", Dtype::kU8, {4}, b}}, {{"k", "\xc3"}}, path), Error);
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
 TEST(Save, EmptyFileIsValid) {
   TempDir dir;
   const std::string path = dir.file("empty.safetensors");

@@ -18,7 +18,9 @@ class SwapFile {
 
   // directory must exist and be writable; "{rank}" in it is replaced by rank. The file is
   // <directory>/teraio-rank<rank>.swap. Throws Error{kIo} for a missing or unwritable
-  // directory, Error{kNoSpace} naming path and bytes when the filesystem cannot hold capacity.
+  // directory, Error{kNoSpace} naming path and bytes when the filesystem cannot hold capacity,
+  // Error{kInvalidArgument} when the file is already open as a swap file (flock held by this or
+  // another process: one directory given twice, or two processes of one rank).
   SwapFile(const std::string& directory, int rank, std::uint64_t capacity, bool unlink_after_open,
            bool direct_io = true, OpenFunction open_function = nullptr);
   ~SwapFile();
