@@ -2,7 +2,6 @@
 // with clear errors, and a tiny run through the tier store on two directories measures,
 // verifies and reports every mode. Uses the host copier, so it runs on any machine.
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <string>
@@ -11,6 +10,7 @@
 #include "iobench_raw.hpp"
 #include "iobench_report.hpp"
 #include "iobench_run.hpp"
+#include "support/temp_dir.hpp"
 #include "teraio/core/error.hpp"
 #include "teraio/core/units.hpp"
 #include "teraio/io/io_backend.hpp"
@@ -114,24 +114,17 @@ TEST(IobenchReport, TableAndJsonCarryEveryRow) {
   EXPECT_NE(json.find("\"backend\": \"io_uring\""), std::string::npos) << json;
 }
 
+// Two subdirectories "a" and "b" of one temporary directory: two SSD paths on one disk.
 class TempDirs {
  public:
   TempDirs() {
-    std::string pattern = (fs::temp_directory_path() / "teraio-iobench-test-XXXXXX").string();
-    root_ = mkdtemp(pattern.data());
-    fs::create_directories(root_ / "a");
-    fs::create_directories(root_ / "b");
+    fs::create_directories(root_.file("a"));
+    fs::create_directories(root_.file("b"));
   }
-  ~TempDirs() {
-    std::error_code ignored;
-    fs::remove_all(root_, ignored);
-  }
-  TempDirs(const TempDirs&) = delete;
-  TempDirs& operator=(const TempDirs&) = delete;
-  std::string path(const char* name) const { return (root_ / name).string(); }
+  std::string path(const char* name) const { return root_.file(name); }
 
  private:
-  fs::path root_;
+  teraio::testing::TempDir root_{fs::temp_directory_path().string()};
 };
 
 TEST(IobenchRun, TinyRunOnTwoDirectoriesMeasuresAndVerifiesEveryMode) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "support/trace_builder.hpp"
 #include "teraio/plan/plan.hpp"
 #include "teraio/trace/lifetime.hpp"
 #include "teraio/trace/trace.hpp"
@@ -17,22 +18,14 @@
 namespace teraio::plan::testing {
 
 inline trace::Trace ops_trace(std::size_t n, double duration_s = 1.0) {
-  trace::Trace t;
-  for (std::size_t k = 0; k < n; ++k)
-    t.ops.push_back({"op" + std::to_string(k), duration_s, trace::Phase::kForward});
-  return t;
+  return teraio::testing::trace_of_durations(std::vector<double>(n, duration_s));
 }
 
 inline trace::Tensor& add_tensor(trace::Trace& t, std::uint64_t bytes, std::vector<trace::OpIndex> uses,
                                  bool persistent = false) {
-  trace::Tensor& x = t.tensors.emplace_back();
-  x.id = 1000 + t.tensors.size();
-  x.bytes = bytes;
-  x.kind = persistent ? trace::TensorKind::kOptimizerState : trace::TensorKind::kActivation;
-  x.persistent = persistent;
-  x.name = "t" + std::to_string(t.tensors.size() - 1);
-  x.uses = std::move(uses);
-  return x;
+  return teraio::testing::append_tensor(
+      t, 1001 + t.tensors.size(), bytes, std::move(uses), persistent,
+      persistent ? trace::TensorKind::kOptimizerState : trace::TensorKind::kActivation);
 }
 
 // Ten 1 s operators; tensor T (100 B) used at ops 0 and 9, tensor U (60 B) at ops 4-5.

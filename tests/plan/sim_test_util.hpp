@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "support/trace_builder.hpp"
 #include "teraio/plan/hardware.hpp"
 #include "teraio/plan/plan.hpp"
 #include "teraio/trace/trace.hpp"
@@ -15,23 +16,16 @@ namespace teraio::plan::simtest {
 inline constexpr std::uint64_t kGB = 1000000000ULL;
 
 inline trace::Trace unit_trace(std::size_t ops) {
-  trace::Trace t;
-  for (std::size_t k = 0; k < ops; ++k)
-    t.ops.push_back({"op" + std::to_string(k), 1.0, trace::Phase::kForward});
-  return t;
+  return teraio::testing::trace_of_durations(std::vector<double>(ops, 1.0));
 }
 
 // Returns the new tensor's id (1, 2, ...).
 inline trace::TensorId add(trace::Trace& t, std::uint64_t bytes, std::vector<trace::OpIndex> uses,
                            bool persistent = false) {
-  trace::Tensor& x = t.tensors.emplace_back();
-  x.id = t.tensors.size();
-  x.bytes = bytes;
-  x.kind = persistent ? trace::TensorKind::kParameter : trace::TensorKind::kActivation;
-  x.persistent = persistent;
-  x.name = "t" + std::to_string(x.id);
-  x.uses = std::move(uses);
-  return x.id;
+  return teraio::testing::append_tensor(
+             t, t.tensors.size() + 1, bytes, std::move(uses), persistent,
+             persistent ? trace::TensorKind::kParameter : trace::TensorKind::kActivation)
+      .id;
 }
 
 inline Hardware unit_hardware(std::uint64_t budget = 100 * kGB) {

@@ -7,27 +7,18 @@
 #include <string>
 #include <vector>
 
+#include "support/trace_builder.hpp"
 #include "teraio/trace/trace.hpp"
 
 namespace teraio::trace::testing {
 
 inline Trace make_trace(std::initializer_list<double> durations) {
-  Trace t;
-  int k = 0;
-  for (double d : durations) t.ops.push_back({"op" + std::to_string(k++), d, Phase::kForward});
-  return t;
+  return teraio::testing::trace_of_durations(std::vector<double>(durations));
 }
 
 inline Tensor& add_tensor(Trace& t, std::uint64_t bytes, std::vector<OpIndex> uses, bool persistent = false,
                           TensorKind kind = TensorKind::kActivation) {
-  Tensor& tensor = t.tensors.emplace_back();
-  tensor.id = 100 + t.tensors.size();
-  tensor.bytes = bytes;
-  tensor.kind = kind;
-  tensor.persistent = persistent;
-  tensor.name = "t" + std::to_string(t.tensors.size() - 1);
-  tensor.uses = std::move(uses);
-  return tensor;
+  return teraio::testing::append_tensor(t, 101 + t.tensors.size(), bytes, std::move(uses), persistent, kind);
 }
 
 }  // namespace teraio::trace::testing
