@@ -60,14 +60,7 @@ if(NOT TERAIO_WITH_CUDA STREQUAL "OFF")
   endif()
 endif()
 
-# PyTorch (used by the runtime binding of a later stage): detected and reported only.
+# PyTorch: the binding is built against the torch that this interpreter imports (TeraioTorch).
 set(TERAIO_TORCH_VERSION "not found")
 find_package(Python3 COMPONENTS Interpreter QUIET)
-if(Python3_FOUND)
-  execute_process(COMMAND ${Python3_EXECUTABLE} -c "import torch; print(torch.__version__)"
-    OUTPUT_VARIABLE _torch_version OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET
-    RESULT_VARIABLE _torch_rc)
-  if(_torch_rc EQUAL 0)
-    set(TERAIO_TORCH_VERSION "${_torch_version} (${Python3_EXECUTABLE})")
-  endif()
-endif()
+include(TeraioTorch)

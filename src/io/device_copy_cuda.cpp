@@ -133,6 +133,30 @@ class CudaCopier final : public DeviceCopier {
     check(cudaMalloc(&p, n == 0 ? 1 : n), cat("cudaMalloc(", format_bytes(n), " on ", name(), ")"));
     return p;
   }
+  void wait_for_stream(void* compute_stream) override {
+    check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
+    auto* stream = static_cast<cudaStream_t>(compute_stream);
+    cudaEvent_t event = events_->take();
+    // The event is only a marker in the compute stream; giving it back right away is safe
+    // because both waits below are enqueued before it can be recorded again.
+    const auto give_back = [&] { events_->give_back(event); };
+    try {
+      check(cudaEventRecord(event, stream), "cudaEventRecord(compute stream)");
+      {
+        std::lock_guard lock(to_host_mutex_);
+        check(cudaStreamWaitEvent(to_host_.get(), event, 0), "cudaStreamWaitEvent(device->host stream)");
+      }
+      {
+        std::lock_guard lock(to_device_mutex_);
+        check(cudaStreamWaitEvent(to_device_.get(), event, 0), "cudaStreamWaitEvent(host->device stream)");
+      }
+    } catch (...) {
+      give_back();
+      throw;
+    }
+    give_back();
+  }
+
   void free_device(void* device) override {
     if (device == nullptr) return;
     check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));

@@ -35,6 +35,10 @@ class DeviceCopier {
   // Page-locks host memory for DMA (cudaHostRegister); no-op for the host copier.
   virtual void pin(void* host, std::size_t n) = 0;
   virtual void unpin(void* host) = 0;
+  // Later copies in both directions start only after the work queued so far on compute_stream
+  // (a cudaStream_t; nullptr is the legacy default stream) has finished: how copies out of a
+  // tensor are ordered after the kernels that still use it. Nothing to order on the host copier.
+  virtual void wait_for_stream(void* compute_stream) { static_cast<void>(compute_stream); }
   // Device memory for tests and benchmarks (cudaMalloc / aligned host memory).
   virtual void* allocate_device(std::size_t n) = 0;
   virtual void free_device(void* device) = 0;

@@ -1,0 +1,136 @@
+// runtime/executor: carries a migration plan out against live tensors, step after step. Before
+// each operator it issues the migrations the plan schedules there (urgent ones first) through
+// the tier store, and makes the tensors the operator uses resident: it waits for their
+// prefetches, fetches on demand what a wrong plan left out (counted), and takes back an offload
+// still in flight. Device memory is released only once the copy out has completed. Without a
+// plan (profiling, divergence) a reactive mode holds the budget: the least recently used idle
+// tensor is evicted when tracked memory exceeds it. Single operator thread; no torch here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "teraio/io/tier_store.hpp"
+#include "teraio/plan/plan.hpp"
+#include "teraio/runtime/tensor_memory.hpp"
+
+namespace teraio::runtime {
+
+// Where a tracked tensor's bytes are.
+enum class Location : std::uint8_t {
+  kDevice,      // resident, nothing in flight
+  kOffloading,  // resident, copy out in flight
+  kHost,        // offloaded to the pinned host tier
+  kSsd,         // offloaded to the SSD tier
+  kFetching,    // fresh allocation, copy in flight
+};
+std::string_view to_string(Location location);
+
+enum class Mode : std::uint8_t {
+  kPassive,   // no plan, no eviction: only demand fetches (outside steps, fitting models)
+  kReactive,  // evict the least recently used idle tensor while over budget
+  kPlanned,   // carry out the plan (and still evict reactively if over budget)
+};
+std::string_view to_string(Mode mode);
+
+struct ExecutorConfig {
+  // Device memory that tracked tensors may hold, in bytes; 0: unlimited.
+  std::uint64_t budget = 0;
+};
+
+// One transfer, for the timeline (seconds since the executor was created).
+struct TransferSpan {
+  TensorId tensor = 0;
+  plan::Direction direction = plan::Direction::kOffload;
+  plan::Tier tier = plan::Tier::kSsd;
+  std::uint64_t bytes = 0;
+  bool planned = true;  // false: reactive eviction or demand fetch
+  double start_s = 0;   // submitted
+  double end_s = 0;     // seen complete
+};
+
+// The operator thread waiting for transfers before an operator.
+struct StallSpan {
+  OpIndex op = 0;
+  double start_s = 0;
+  double end_s = 0;
+};
+
+struct StepStats {
+  std::uint64_t step = 0;  // counts begin_step() calls from 0
+  Mode mode = Mode::kPassive;
+  double stall_s = 0;                    // operator thread waiting on transfers
+  std::uint64_t planned_offloads = 0;    // issued
+  std::uint64_t planned_prefetches = 0;  // issued
+  std::uint64_t demand_fetches = 0;      // tensor used while not resident (wrong or no plan)
+  std::uint64_t evictions = 0;           // reactive offloads
+  std::uint64_t cancelled_offloads = 0;  // tensor used or prefetched while its copy out ran
+  std::uint64_t skipped = 0;  // planned migration not possible: tensor unknown, tier full, wrong state
+  std::uint64_t bytes_to_host = 0;
+  std::uint64_t bytes_from_host = 0;
+  std::uint64_t bytes_to_ssd = 0;
+  std::uint64_t bytes_from_ssd = 0;
+  std::uint64_t peak_resident = 0;  // highest tracked bytes holding device memory
+  std::vector<TransferSpan> transfers;
+  std::vector<StallSpan> stalls;
+};
+
+class Executor {
+ public:
+  // The store and memory outlive the executor.
+  Executor(io::TierStore& store, TensorMemory& memory, ExecutorConfig config);
+  // Waits for transfers in flight (errors swallowed and logged) and releases every extent.
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Indexes the plan's migrations by operator; replaces any earlier plan. Does not change mode.
+  void set_plan(const plan::Plan& plan);
+  void set_mode(Mode mode);
+  Mode mode() const;
+  std::uint64_t budget() const;
+
+  // A tensor that holds memory now (just produced, or first seen). Throws Error{kInvalidArgument}
+  // if the id is already tracked.
+  void add_tensor(TensorId id, std::uint64_t bytes);
+  // The program freed the tensor: waits for its transfer in flight (if any), releases its
+  // extent, stops counting it. Unknown ids are ignored.
+  void remove_tensor(TensorId id);
+  bool contains(TensorId id) const;
+  Location location(TensorId id) const;  // Error{kInvalidArgument} for an unknown id
+  std::uint64_t resident_bytes() const;  // tracked bytes holding device memory now
+  std::size_t tensor_count() const;
+
+  void begin_step();
+  // Before operator k of the step: retires completed transfers (releasing the memory of
+  // finished offloads), issues the plan's migrations for k (kPlanned; urgent first), makes
+  // every tensor in `used` resident (unknown ids ignored), marks them used at k, and in
+  // kReactive/kPlanned evicts idle tensors until resident bytes fit the budget. A transfer
+  // failure is rethrown as teraio::Error; the tensor stays where its bytes are valid.
+  void before_op(OpIndex k, std::span<const TensorId> used);
+  // After operator k: retires completed transfers and, outside kPassive, evicts idle tensors
+  // (not in `used`) until resident bytes fit the budget again.
+  void after_op(OpIndex k, std::span<const TensorId> used);
+  // Closes the step's statistics; transfers in flight carry on into the next step.
+  StepStats end_step();
+
+  // Makes tensors resident now (demand fetch, counted), outside the plan.
+  void fetch(std::span<const TensorId> ids);
+  // Makes every tracked tensor resident; throws Error{kInfeasible} naming the shortfall,
+  // before moving anything, when they cannot all fit the budget.
+  void fetch_all();
+  // Waits for every transfer in flight and retires it.
+  void drain();
+
+  // Seconds since construction, on the clock the spans use.
+  double now_s() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace teraio::runtime

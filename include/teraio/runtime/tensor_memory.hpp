@@ -1,0 +1,28 @@
+// runtime/tensor_memory: the live tensor memory that the executor moves, as its owner holds
+// it. The torch binding implements it over PyTorch storages (swapping their data pointers);
+// tests implement it over plain buffers. Every call comes from the thread that runs operators.
+#pragma once
+
+#include "teraio/trace/trace.hpp"
+
+namespace teraio::runtime {
+
+using trace::OpIndex;
+using trace::TensorId;
+
+class TensorMemory {
+ public:
+  virtual ~TensorMemory() = default;
+  // Start of the memory a tensor holds now (device memory; host memory in CPU training).
+  virtual void* data(TensorId id) = 0;
+  // Called just before a copy out of the tensor is submitted: on CUDA it orders the engine's
+  // copies after the work already queued on the compute stream (which may still use it).
+  virtual void before_copy_out(TensorId id) = 0;
+  // Drops the tensor's memory: the copy out has completed and nothing may use it any more.
+  virtual void release(TensorId id) = 0;
+  // Gives the tensor a fresh allocation of its size and returns its start. The executor fills
+  // it and waits for the fill before any operator uses the tensor.
+  virtual void* reallocate(TensorId id) = 0;
+};
+
+}  // namespace teraio::runtime

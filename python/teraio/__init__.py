@@ -1,0 +1,15 @@
+"""TeraIO: lifetime-aware tensor offloading for training on GPUs that are too small.
+
+`teraio.Session` observes the first training steps, plans which idle tensors move to host
+memory or SSDs and when, and carries the plan out on every later step; `teraio.safetensors`
+loads and saves checkpoints through the same storage engine.
+"""
+import torch  # noqa: F401  (loads libtorch before the native module that links against it)
+
+from . import _native
+from ._native import Error, format_bytes, parse_bytes
+
+__version__ = "0.1.0"
+build = _native.build
+
+__all__ = ["Error", "build", "format_bytes", "parse_bytes"]

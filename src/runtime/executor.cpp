@@ -1,0 +1,1 @@
+#include "teraio/runtime/executor.hpp"

@@ -1,0 +1,62 @@
+// teraio._native core: one Python exception type for every teraio::Error, byte sizes, and
+// the facts of this build (what was compiled in is reported, never guessed).
+#include <string>
+
+#include <torch/version.h>
+
+#include "bindings.hpp"
+#include "teraio/core/error.hpp"
+#include "teraio/core/strings.hpp"
+#include "teraio/core/units.hpp"
+#include "teraio/io/device_copy.hpp"
+
+namespace teraio::torch_binding {
+
+void bind_core(py::module_& m) {
+  // teraio.Error subclasses RuntimeError; .kind says which teraio::ErrorKind it was, so that
+  // callers can tell a full tier from an I/O error without parsing the message.
+  static py::exception<Error> error(m, "Error", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      py::object instance = py::reinterpret_borrow<py::object>(error.ptr())(e.what());
+      instance.attr("kind") = std::string(to_string(e.kind()));
+      PyErr_SetObject(error.ptr(), instance.ptr());
+    }
+  });
+
+  m.def(
+      "parse_bytes",
+      [](const py::object& value) -> std::uint64_t {
+        if (py::isinstance<py::bool_>(value)) throw Error(ErrorKind::kInvalidArgument, "a size cannot be a bool");
+        if (py::isinstance<py::int_>(value)) {
+          const auto n = value.cast<long long>();
+          if (n < 0) throw Error(ErrorKind::kInvalidArgument, cat("a size cannot be negative: ", n));
+          return static_cast<std::uint64_t>(n);
+        }
+        if (py::isinstance<py::str>(value)) return parse_bytes(value.cast<std::string>());
+        throw Error(ErrorKind::kInvalidArgument,
+                    cat("a size is an int or a string like \"24GiB\", not ", std::string(py::str(value.get_type()))));
+      },
+      py::arg("value"), "Bytes from an int or a string such as \"24GiB\", \"512 MB\".");
+  m.def("format_bytes", &format_bytes, py::arg("bytes"));
+  m.def("format_bandwidth", &format_bandwidth, py::arg("bytes_per_second"));
+
+  py::dict build;
+  build["torch"] = TORCH_VERSION;
+#ifdef TERAIO_TORCH_CUDA
+  build["torch_cuda"] = true;
+#else
+  build["torch_cuda"] = false;
+#endif
+  build["cuda_copier"] = io::cuda_compiled_in();
+#ifdef TERAIO_HAVE_URING
+  build["io_uring"] = true;
+#else
+  build["io_uring"] = false;
+#endif
+  m.attr("build") = build;
+}
+
+}  // namespace teraio::torch_binding
