@@ -1,1 +1,608 @@
 #include "teraio/runtime/executor.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include "teraio/core/error.hpp"
+#include "teraio/core/log.hpp"
+#include "teraio/core/strings.hpp"
+
+namespace teraio::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool holds_device_memory(Location location) {
+  return location == Location::kDevice || location == Location::kOffloading ||
+         location == Location::kFetching;
+}
+
+io::TierKind tier_kind(plan::Tier tier) {
+  return tier == plan::Tier::kHost ? io::TierKind::kHost : io::TierKind::kSsd;
+}
+plan::Tier plan_tier(io::TierKind tier) {
+  return tier == io::TierKind::kHost ? plan::Tier::kHost : plan::Tier::kSsd;
+}
+Location offloaded_location(io::TierKind tier) {
+  return tier == io::TierKind::kHost ? Location::kHost : Location::kSsd;
+}
+io::TierKind other_tier(io::TierKind tier) {
+  return tier == io::TierKind::kHost ? io::TierKind::kSsd : io::TierKind::kHost;
+}
+
+bool contains_id(std::span<const TensorId> ids, TensorId id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+// Offloads before prefetches within each urgency: the memory they free comes back sooner.
+bool issued_earlier(const plan::Migration& a, const plan::Migration& b) {
+  if (a.urgent != b.urgent) return a.urgent;
+  return a.direction == plan::Direction::kOffload && b.direction == plan::Direction::kPrefetch;
+}
+
+}  // namespace
+
+std::string_view to_string(Location location) {
+  switch (location) {
+    case Location::kDevice: return "device";
+    case Location::kOffloading: return "offloading";
+    case Location::kHost: return "host";
+    case Location::kSsd: return "ssd";
+    case Location::kFetching: return "fetching";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(Mode mode) {
+  switch (mode) {
+    case Mode::kPassive: return "passive";
+    case Mode::kReactive: return "reactive";
+    case Mode::kPlanned: return "planned";
+  }
+  return "unknown";
+}
+
+struct Executor::State {
+  struct Entry {
+    std::uint64_t bytes = 0;
+    Location location = Location::kDevice;
+    std::optional<io::Extent> extent;  // where the bytes are (or go, or come from) off the device
+    io::Transfer transfer;             // valid while kOffloading or kFetching
+    TransferSpan span;                 // of the transfer in flight
+    std::uint64_t last_use = 0;        // use clock, for LRU eviction
+  };
+
+  State(io::TierStore& s, TensorMemory& m, ExecutorConfig c)
+      : store(s), memory(m), config(c), created(Clock::now()) {}
+
+  io::TierStore& store;
+  TensorMemory& memory;
+  ExecutorConfig config;
+  Clock::time_point created;
+
+  mutable std::mutex mutex;
+  Mode mode = Mode::kPassive;
+  std::vector<std::vector<plan::Migration>> migrations_before;  // by issue_before, in issue order
+  std::unordered_map<TensorId, Entry> entries;
+  // kDevice tensors by last use: the front is the eviction candidate.
+  std::set<std::pair<std::uint64_t, TensorId>> idle;
+  std::vector<TensorId> in_flight;  // in submission order
+  std::uint64_t use_clock = 0;
+  std::uint64_t resident = 0;
+  std::uint64_t steps_begun = 0;
+  OpIndex current_op = 0;
+  StepStats stats;
+
+  double now_s() const { return std::chrono::duration<double>(Clock::now() - created).count(); }
+
+  Entry& entry(TensorId id) {
+    auto found = entries.find(id);
+    if (found == entries.end()) throw Error(ErrorKind::kInvalidArgument, cat("unknown tensor ", id));
+    return found->second;
+  }
+
+  // Empty tensors are never evicted: moving them frees nothing.
+  static bool idle_candidate(const Entry& e) { return e.location == Location::kDevice && e.bytes > 0; }
+
+  void set_location(TensorId id, Entry& e, Location location) {
+    if (idle_candidate(e)) idle.erase({e.last_use, id});
+    if (holds_device_memory(e.location)) resident -= e.bytes;
+    e.location = location;
+    if (idle_candidate(e)) idle.insert({e.last_use, id});
+    if (holds_device_memory(location)) {
+      resident += e.bytes;
+      stats.peak_resident = std::max(stats.peak_resident, resident);
+    }
+  }
+
+  void touch(TensorId id, Entry& e) {
+    if (idle_candidate(e)) idle.erase({e.last_use, id});
+    e.last_use = ++use_clock;
+    if (idle_candidate(e)) idle.insert({e.last_use, id});
+  }
+
+  void count_bytes(plan::Direction direction, io::TierKind tier, std::uint64_t bytes) {
+    const bool host = tier == io::TierKind::kHost;
+    if (direction == plan::Direction::kOffload) {
+      (host ? stats.bytes_to_host : stats.bytes_to_ssd) += bytes;
+    } else {
+      (host ? stats.bytes_from_host : stats.bytes_from_ssd) += bytes;
+    }
+  }
+
+  void start_span(TensorId id, Entry& e, plan::Direction direction, bool planned) {
+    e.span = TransferSpan{id, direction, plan_tier(e.extent->tier), e.bytes, planned, now_s(), 0};
+    in_flight.push_back(id);
+    count_bytes(direction, e.extent->tier, e.bytes);
+  }
+
+  // Takes the finished transfer off the entry and records its span.
+  io::Transfer close_transfer(TensorId id, Entry& e) {
+    e.span.end_s = now_s();
+    stats.transfers.push_back(e.span);
+    in_flight.erase(std::find(in_flight.begin(), in_flight.end(), id));
+    return std::exchange(e.transfer, io::Transfer{});
+  }
+
+  // Copies a kDevice tensor out to `preferred` (or the other tier when it is full); false when
+  // neither tier has room.
+  bool start_offload(TensorId id, Entry& e, io::TierKind preferred, bool planned) {
+    std::optional<io::Extent> extent = store.allocate(preferred, e.bytes);
+    if (!extent) extent = store.allocate(other_tier(preferred), e.bytes);
+    if (!extent) return false;
+    try {
+      memory.before_copy_out(id);
+      e.transfer = store.write(*extent, memory.data(id), io::MemoryKind::kDevice, cat("tensor ", id));
+    } catch (...) {
+      store.release(*extent);
+      throw;
+    }
+    e.extent = extent;
+    start_span(id, e, plan::Direction::kOffload, planned);
+    set_location(id, e, Location::kOffloading);
+    return true;
+  }
+
+  void start_fetch(TensorId id, Entry& e, bool planned) {
+    void* fresh = memory.reallocate(id);
+    try {
+      e.transfer = store.read(*e.extent, fresh, io::MemoryKind::kDevice);
+    } catch (...) {
+      memory.release(id);
+      throw;
+    }
+    start_span(id, e, plan::Direction::kPrefetch, planned);
+    set_location(id, e, Location::kFetching);
+  }
+
+  // Blocks until the entry's transfer has finished, counting the wait as a stall of `op`. Does
+  // not throw: finish() or take_back() looks at the outcome.
+  void await(Entry& e, OpIndex op) {
+    if (e.transfer.ready()) return;
+    const double start = now_s();
+    while (!e.transfer.wait_for(std::chrono::seconds(1))) {
+    }
+    const double end = now_s();
+    stats.stalls.push_back(StallSpan{op, start, end});
+    stats.stall_s += end - start;
+  }
+
+  // Retires a finished transfer. An offload frees the device memory; a prefetch frees the
+  // extent. On failure the tensor stays where its bytes are valid and the error is rethrown.
+  void finish(TensorId id, Entry& e) {
+    const io::Transfer transfer = close_transfer(id, e);
+    std::exception_ptr failure;
+    try {
+      transfer.wait();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    const io::Extent extent = *e.extent;
+    if (e.location == Location::kOffloading) {
+      if (failure) {
+        e.extent.reset();
+        set_location(id, e, Location::kDevice);
+        store.release(extent);
+        std::rethrow_exception(failure);
+      }
+      memory.release(id);
+      set_location(id, e, offloaded_location(extent.tier));
+    } else {
+      TERAIO_ASSERT(e.location == Location::kFetching);
+      if (failure) {
+        // The fresh allocation holds garbage; the extent still holds the tensor.
+        memory.release(id);
+        set_location(id, e, offloaded_location(extent.tier));
+        std::rethrow_exception(failure);
+      }
+      e.extent.reset();
+      set_location(id, e, Location::kDevice);
+      store.release(extent);
+    }
+  }
+
+  // An offload still in flight whose tensor is needed again: the device copy never stopped
+  // being valid, so the copy out is dropped once the store is done with it.
+  void take_back(TensorId id, Entry& e, OpIndex op) {
+    await(e, op);
+    const io::Transfer transfer = close_transfer(id, e);
+    try {
+      transfer.wait();
+    } catch (const Error& error) {
+      log::warn("offload of tensor ", id, " failed while it was taken back: ", error.what());
+    }
+    const io::Extent extent = *e.extent;
+    e.extent.reset();
+    set_location(id, e, Location::kDevice);
+    store.release(extent);
+    ++stats.cancelled_offloads;
+  }
+
+  // Retires every finished transfer. A failure concerns a tensor that is already back where
+  // its bytes are valid, so it is returned rather than thrown: the caller first finishes
+  // making the operator's tensors resident.
+  std::exception_ptr retire_completed() {
+    std::vector<TensorId> done;
+    for (const TensorId id : in_flight) {
+      if (entries.at(id).transfer.ready()) done.push_back(id);
+    }
+    std::exception_ptr first;
+    for (const TensorId id : done) {
+      try {
+        finish(id, entries.at(id));
+      } catch (...) {
+        if (first) {
+          log_lost(std::current_exception());
+        } else {
+          first = std::current_exception();
+        }
+      }
+    }
+    return first;
+  }
+
+  // Runs work, then rethrows `pending`; if work throws, that error wins and pending is logged.
+  template <typename Work>
+  void then_rethrow(std::exception_ptr pending, Work&& work) {
+    try {
+      work();
+    } catch (...) {
+      if (pending) log_lost(pending);
+      throw;
+    }
+    if (pending) std::rethrow_exception(pending);
+  }
+
+  static void log_lost(std::exception_ptr failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& error) {
+      log::warn("runtime executor: ", error.what());
+    } catch (...) {
+      log::warn("runtime executor: a transfer failed with an unknown exception");
+    }
+  }
+
+  std::string over_budget(OpIndex op, std::uint64_t incoming, std::string_view why) const {
+    return cat("tracked tensors hold ", resident, " bytes",
+               incoming > 0 ? cat(" (+", incoming, " to fetch)") : "", ", over the device budget of ",
+               config.budget, " bytes, at operator ", op, ": ", why);
+  }
+
+  // Outside kPassive, frees device memory until `incoming` more bytes fit the budget: first by
+  // waiting for offloads already under way, then by evicting the least recently used idle
+  // tensor. Tensors in `keep` stay.
+  void make_room(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming) {
+    if (mode == Mode::kPassive || config.budget == 0) return;
+    while (resident + incoming > config.budget) {
+      auto offloading = std::find_if(in_flight.begin(), in_flight.end(), [&](TensorId id) {
+        return entries.at(id).location == Location::kOffloading && !contains_id(keep, id);
+      });
+      if (offloading != in_flight.end()) {
+        const TensorId id = *offloading;
+        Entry& e = entries.at(id);
+        await(e, op);
+        finish(id, e);
+        continue;
+      }
+      auto victim = std::find_if(idle.begin(), idle.end(),
+                                 [&](const auto& use) { return !contains_id(keep, use.second); });
+      if (victim == idle.end()) {
+        throw Error(ErrorKind::kInfeasible,
+                    over_budget(op, incoming, "no idle resident tensor left to evict"));
+      }
+      const TensorId id = victim->second;
+      Entry& e = entries.at(id);
+      if (!start_offload(id, e, io::TierKind::kHost, false)) {
+        throw Error(ErrorKind::kTierFull,
+                    over_budget(op, incoming,
+                                cat("neither the host nor the SSD tier has room for tensor ", id, " (",
+                                    e.bytes, " bytes)")));
+      }
+      ++stats.evictions;
+      await(e, op);
+      finish(id, e);
+    }
+  }
+
+  void demand_fetch(TensorId id, Entry& e, OpIndex op, std::span<const TensorId> keep) {
+    make_room(op, keep, e.bytes);
+    start_fetch(id, e, false);
+    ++stats.demand_fetches;
+    await(e, op);
+    finish(id, e);
+  }
+
+  void make_resident(TensorId id, Entry& e, OpIndex op, std::span<const TensorId> keep) {
+    switch (e.location) {
+      case Location::kDevice: return;
+      case Location::kOffloading: take_back(id, e, op); return;
+      case Location::kFetching:
+        await(e, op);
+        finish(id, e);
+        return;
+      case Location::kHost:
+      case Location::kSsd: demand_fetch(id, e, op, keep); return;
+    }
+  }
+
+  void issue(const plan::Migration& migration, OpIndex op, std::span<const TensorId> used) {
+    auto found = entries.find(migration.tensor);
+    if (found == entries.end()) {
+      ++stats.skipped;
+      return;
+    }
+    const TensorId id = found->first;
+    Entry& e = found->second;
+    if (migration.direction == plan::Direction::kOffload) {
+      // A stale plan may offload a tensor this very operator uses: it would be taken back at once.
+      if (e.location != Location::kDevice || contains_id(used, id) ||
+          !start_offload(id, e, tier_kind(migration.tier), true)) {
+        ++stats.skipped;
+        return;
+      }
+      ++stats.planned_offloads;
+      return;
+    }
+    if (e.location == Location::kOffloading) {
+      take_back(id, e, op);
+      return;
+    }
+    if (e.location != Location::kHost && e.location != Location::kSsd) {
+      ++stats.skipped;
+      return;
+    }
+    std::vector<TensorId> keep(used.begin(), used.end());
+    keep.push_back(id);
+    try {
+      make_room(op, keep, e.bytes);
+    } catch (const Error& error) {
+      // The operators before its use may free memory; if not, the use fetches it on demand.
+      if (error.kind() != ErrorKind::kInfeasible && error.kind() != ErrorKind::kTierFull) throw;
+      log::debug("planned prefetch of tensor ", id, " skipped: ", error.what());
+      ++stats.skipped;
+      return;
+    }
+    start_fetch(id, e, true);
+    ++stats.planned_prefetches;
+  }
+
+  void drain() {
+    std::exception_ptr first;
+    while (!in_flight.empty()) {
+      const TensorId id = in_flight.front();
+      Entry& e = entries.at(id);
+      await(e, current_op);
+      try {
+        finish(id, e);
+      } catch (...) {
+        if (first) {
+          log_lost(std::current_exception());
+        } else {
+          first = std::current_exception();
+        }
+      }
+    }
+    if (first) std::rethrow_exception(first);
+  }
+};
+
+Executor::Executor(io::TierStore& store, TensorMemory& memory, ExecutorConfig config)
+    : state_(std::make_unique<State>(store, memory, config)) {}
+
+Executor::~Executor() {
+  State& s = *state_;
+  std::lock_guard lock(s.mutex);
+  try {
+    s.drain();
+  } catch (const std::exception& error) {
+    log::warn("runtime executor: a transfer failed while shutting down: ", error.what());
+  }
+  for (auto& [id, e] : s.entries) {
+    if (!e.extent) continue;
+    try {
+      s.store.release(*e.extent);
+    } catch (const std::exception& error) {
+      log::warn("runtime executor: cannot release the extent of tensor ", id, ": ", error.what());
+    }
+  }
+}
+
+void Executor::set_plan(const plan::Plan& plan) {
+  std::vector<std::vector<plan::Migration>> index;
+  for (const plan::Migration& m : plan.migrations) {
+    if (m.issue_before >= index.size()) index.resize(std::size_t{m.issue_before} + 1);
+    index[m.issue_before].push_back(m);
+  }
+  for (auto& bucket : index) std::stable_sort(bucket.begin(), bucket.end(), issued_earlier);
+  std::lock_guard lock(state_->mutex);
+  state_->migrations_before = std::move(index);
+}
+
+void Executor::set_mode(Mode mode) {
+  std::lock_guard lock(state_->mutex);
+  state_->mode = mode;
+  state_->stats.mode = mode;
+}
+
+Mode Executor::mode() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->mode;
+}
+
+std::uint64_t Executor::budget() const {
+  return state_->config.budget;
+}
+
+void Executor::add_tensor(TensorId id, std::uint64_t bytes) {
+  State& s = *state_;
+  std::lock_guard lock(s.mutex);
+  auto [it, inserted] = s.entries.try_emplace(id);
+  if (!inserted) throw Error(ErrorKind::kInvalidArgument, cat("tensor ", id, " is already tracked"));
+  State::Entry& e = it->second;
+  e.bytes = bytes;
+  e.last_use = ++s.use_clock;
+  e.location = Location::kHost;  // not yet counted: set_location adds it to the resident bytes
+  s.set_location(id, e, Location::kDevice);
+}
+
+void Executor::remove_tensor(TensorId id) {
+  State& s = *state_;
+  std::lock_guard lock(s.mutex);
+  auto found = s.entries.find(id);
+  if (found == s.entries.end()) return;
+  State::Entry& e = found->second;
+  if (e.transfer.valid()) {
+    s.await(e, s.current_op);
+    const io::Transfer transfer = s.close_transfer(id, e);
+    try {
+      transfer.wait();
+    } catch (const Error& error) {
+      log::debug("transfer of freed tensor ", id, " failed: ", error.what());
+    }
+  }
+  if (e.extent) s.store.release(*e.extent);
+  if (State::idle_candidate(e)) s.idle.erase({e.last_use, id});
+  if (holds_device_memory(e.location)) s.resident -= e.bytes;
+  s.entries.erase(found);
+}
+
+bool Executor::contains(TensorId id) const {
+  std::lock_guard lock(state_->mutex);
+  return state_->entries.contains(id);
+}
+
+Location Executor::location(TensorId id) const {
+  std::lock_guard lock(state_->mutex);
+  return state_->entry(id).location;
+}
+
+std::uint64_t Executor::resident_bytes() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->resident;
+}
+
+std::size_t Executor::tensor_count() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->entries.size();
+}
+
+void Executor::begin_step() {
+  State& s = *state_;
+  std::lock_guard lock(s.mutex);
+  s.stats = StepStats{};
+  s.stats.step = s.steps_begun++;
+  s.stats.mode = s.mode;
+  s.stats.peak_resident = s.resident;
+}
+
+void Executor::before_op(OpIndex k, std::span<const TensorId> used, std::uint64_t incoming_bytes) {
+  State& s = *state_;
+  std::lock_guard lock(s.mutex);
+  s.current_op = k;
+  s.then_rethrow(s.retire_completed(), [&] {
+    if (s.mode == Mode::kPlanned && k < s.migrations_before.size()) {
+      for (const plan::Migration& m : s.migrations_before[k]) s.issue(m, k, used);
+    }
+    for (const TensorId id : used) {
+      auto found = s.entries.find(id);
+      if (found != s.entries.end()) s.make_resident(id, found->second, k, used);
+    }
+    for (const TensorId id : used) {
+      auto found = s.entries.find(id);
+      if (found != s.entries.end()) s.touch(id, found->second);
+    }
+    s.make_room(k, used, incoming_bytes);
+  });
+}
+
+void Executor::after_op(OpIndex k, std::span<const TensorId> used) {
+  State& s = *state_;
+  std::lock_guard lock(s.mutex);
+  s.then_rethrow(s.retire_completed(), [&] { s.make_room(k, used, 0); });
+}
+
+StepStats Executor::end_step() {
+  State& s = *state_;
+  std::lock_guard lock(s.mutex);
+  StepStats done = std::move(s.stats);
+  s.stats = StepStats{};
+  s.stats.step = s.steps_begun;
+  s.stats.mode = s.mode;
+  s.stats.peak_resident = s.resident;
+  return done;
+}
+
+void Executor::fetch(std::span<const TensorId> ids) {
+  State& s = *state_;
+  std::lock_guard lock(s.mutex);
+  s.then_rethrow(s.retire_completed(), [&] {
+    for (const TensorId id : ids) {
+      auto found = s.entries.find(id);
+      if (found == s.entries.end()) continue;
+      s.make_resident(id, found->second, s.current_op, ids);
+      s.touch(id, found->second);
+    }
+  });
+}
+
+void Executor::fetch_all() {
+  State& s = *state_;
+  std::lock_guard lock(s.mutex);
+  std::uint64_t total = 0;
+  std::vector<TensorId> ids;
+  ids.reserve(s.entries.size());
+  for (const auto& [id, e] : s.entries) {
+    total += e.bytes;
+    ids.push_back(id);
+  }
+  if (s.config.budget != 0 && total > s.config.budget) {
+    throw Error(ErrorKind::kInfeasible, cat("cannot make every tracked tensor resident: they hold ", total,
+                                            " bytes, over the device budget of ", s.config.budget,
+                                            " bytes by ", total - s.config.budget));
+  }
+  s.then_rethrow(s.retire_completed(), [&] {
+    for (const TensorId id : ids) {
+      State::Entry& e = s.entries.at(id);
+      s.make_resident(id, e, s.current_op, ids);
+      s.touch(id, e);
+    }
+  });
+}
+
+void Executor::drain() {
+  std::lock_guard lock(state_->mutex);
+  state_->drain();
+}
+
+double Executor::now_s() const {
+  return state_->now_s();
+}
+
+}  // namespace teraio::runtime

@@ -29,15 +29,16 @@ void bind_core(py::module_& m) {
   m.def(
       "parse_bytes",
       [](const py::object& value) -> std::uint64_t {
-        if (py::isinstance<py::bool_>(value)) throw Error(ErrorKind::kInvalidArgument, "a size cannot be a bool");
+        if (py::isinstance<py::bool_>(value))
+          throw Error(ErrorKind::kInvalidArgument, "a size cannot be a bool");
         if (py::isinstance<py::int_>(value)) {
           const auto n = value.cast<long long>();
           if (n < 0) throw Error(ErrorKind::kInvalidArgument, cat("a size cannot be negative: ", n));
           return static_cast<std::uint64_t>(n);
         }
         if (py::isinstance<py::str>(value)) return parse_bytes(value.cast<std::string>());
-        throw Error(ErrorKind::kInvalidArgument,
-                    cat("a size is an int or a string like \"24GiB\", not ", std::string(py::str(value.get_type()))));
+        throw Error(ErrorKind::kInvalidArgument, cat("a size is an int or a string like \"24GiB\", not ",
+                                                     std::string(py::str(value.get_type()))));
       },
       py::arg("value"), "Bytes from an int or a string such as \"24GiB\", \"512 MB\".");
   m.def("format_bytes", &format_bytes, py::arg("bytes"));

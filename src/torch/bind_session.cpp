@@ -1,5 +1,215 @@
+// teraio._native.Session: the native half of teraio.Session (python/teraio/session.py holds
+// the Python half: argument checking, context managers, the report's formatting).
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
 #include "bindings.hpp"
+#include "fault_injection.hpp"
+#include "session.hpp"
+#include "teraio/core/error.hpp"
+#include "teraio/core/strings.hpp"
+#include "teraio/plan/plan_io.hpp"
+#include "teraio/trace/lifetime.hpp"
+#include "teraio/trace/trace.hpp"
 
 namespace teraio::torch_binding {
-void bind_session(py::module_&) {}
+namespace {
+
+py::dict step_dict(const StepRecord& r) {
+  const runtime::StepStats& s = r.stats;
+  py::dict d;
+  d["step"] = r.step;
+  d["phase"] = std::string(to_string(r.phase));
+  d["mode"] = std::string(runtime::to_string(s.mode));
+  d["time_s"] = r.time_s;
+  d["stall_s"] = s.stall_s;
+  d["bytes_to_host"] = s.bytes_to_host;
+  d["bytes_to_ssd"] = s.bytes_to_ssd;
+  d["bytes_from_host"] = s.bytes_from_host;
+  d["bytes_from_ssd"] = s.bytes_from_ssd;
+  d["bytes_offloaded"] = s.bytes_to_host + s.bytes_to_ssd;
+  d["bytes_prefetched"] = s.bytes_from_host + s.bytes_from_ssd;
+  d["planned_offloads"] = s.planned_offloads;
+  d["planned_prefetches"] = s.planned_prefetches;
+  d["demand_fetches"] = s.demand_fetches;
+  d["evictions"] = s.evictions;
+  d["cancelled_offloads"] = s.cancelled_offloads;
+  d["skipped"] = s.skipped;
+  d["peak_resident"] = s.peak_resident;
+  d["ops"] = r.ops;
+  d["diverged"] = r.diverged;
+  d["planned_now"] = r.planned_now;
+  return d;
+}
+
+py::dict migration_dict(const plan::Migration& m) {
+  py::dict d;
+  d["tensor"] = m.tensor;
+  d["bytes"] = m.bytes;
+  d["direction"] = std::string(plan::to_string(m.direction));
+  d["tier"] = std::string(plan::to_string(m.tier));
+  d["issue_before"] = m.issue_before;
+  d["deadline"] = m.deadline;
+  d["urgent"] = m.urgent;
+  return d;
+}
+
+plan::Migration migration_from(const py::dict& d) {
+  plan::Migration m;
+  m.tensor = d["tensor"].cast<std::uint64_t>();
+  m.bytes = d["bytes"].cast<std::uint64_t>();
+  const auto direction = d["direction"].cast<std::string>();
+  if (direction != "offload" && direction != "prefetch") {
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("migration direction must be offload or prefetch, not ", direction));
+  }
+  m.direction = direction == "offload" ? plan::Direction::kOffload : plan::Direction::kPrefetch;
+  const auto tier = d["tier"].cast<std::string>();
+  if (tier != "host" && tier != "ssd")
+    throw Error(ErrorKind::kInvalidArgument, cat("tier must be host or ssd, not ", tier));
+  m.tier = tier == "host" ? plan::Tier::kHost : plan::Tier::kSsd;
+  m.issue_before = d["issue_before"].cast<std::uint32_t>();
+  m.deadline = d["deadline"].cast<std::uint32_t>();
+  m.urgent = d["urgent"].cast<bool>();
+  return m;
+}
+
+// The native session plus what only the binding owns (the fault switch of the tests).
+struct NativeSession {
+  std::shared_ptr<FaultSwitch> faults = std::make_shared<FaultSwitch>();
+  std::unique_ptr<Session> session;
+};
+
+SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>& faults) {
+  SessionConfig c;
+  const auto get = [&](const char* key, auto fallback) {
+    return d.contains(key) && !d[key].is_none() ? d[key].cast<decltype(fallback)>() : fallback;
+  };
+  c.device = get("device", std::string("cpu"));
+  c.gpu_budget = get("gpu_budget", std::uint64_t{0});
+  c.host_budget = get("host_budget", std::uint64_t{0});
+  c.ssd_paths = get("ssd", std::vector<std::string>{});
+  c.ssd_capacity = get("ssd_capacity", std::uint64_t{0});
+  c.warmup_steps = get("warmup_steps", 1);
+  c.profile_steps = get("profile_steps", 2);
+  c.rank = get("rank", 0);
+  c.min_tensor_bytes = get("min_tensor_bytes", std::uint64_t{4096});
+  c.d2h_bandwidth = get("d2h", 0.0);
+  c.h2d_bandwidth = get("h2d", 0.0);
+  c.ssd_read_bandwidth = get("ssd_read", 0.0);
+  c.ssd_write_bandwidth = get("ssd_write", 0.0);
+  c.probe_bytes = get("probe_bytes", c.probe_bytes);
+  if (get("fault_injection", false)) {
+    c.wrap_backend = [faults](std::unique_ptr<io::IoBackend> real, const std::string&) {
+      return make_faulty_backend(std::move(real), faults);
+    };
+  }
+  return c;
+}
+
+}  // namespace
+
+void bind_session(py::module_& m) {
+  py::class_<NativeSession>(m, "Session")
+      .def(py::init([](const py::dict& config) {
+             auto native = std::make_unique<NativeSession>();
+             auto c = config_from(config, native->faults);
+             py::gil_scoped_release release;
+             native->session = std::make_unique<Session>(std::move(c));
+             return native;
+           }),
+           py::arg("config"))
+      .def("begin_step", [](NativeSession& s) { s.session->begin_step(); })
+      .def("end_step",
+           [](NativeSession& s) {
+             StepRecord r;
+             {
+               py::gil_scoped_release release;
+               r = s.session->end_step();
+             }
+             return step_dict(r);
+           })
+      .def("abort_step", [](NativeSession& s) { s.session->abort_step(); })
+      .def("enter_resident",
+           [](NativeSession& s) {
+             py::gil_scoped_release release;
+             s.session->enter_resident();
+           })
+      .def("exit_resident", [](NativeSession& s) { s.session->exit_resident(); })
+      .def("close",
+           [](NativeSession& s) {
+             py::gil_scoped_release release;
+             s.session->close();
+           })
+      .def_property_readonly(
+          "phase", [](const NativeSession& s) { return std::string(to_string(s.session->phase())); })
+      .def_property_readonly("device", [](const NativeSession& s) { return s.session->device_name(); })
+      .def("steps",
+           [](const NativeSession& s) {
+             py::list out;
+             for (const auto& r : s.session->steps()) out.append(step_dict(r));
+             return out;
+           })
+      .def("migrations",
+           [](const NativeSession& s) {
+             py::list out;
+             if (s.session->plan()) {
+               for (const auto& mig : s.session->plan()->plan.migrations) out.append(migration_dict(mig));
+             }
+             return out;
+           })
+      .def("set_migrations",
+           [](NativeSession& s, const py::list& list) {
+             std::vector<plan::Migration> out;
+             for (const auto& item : list) out.push_back(migration_from(item.cast<py::dict>()));
+             s.session->set_migrations(std::move(out));
+           })
+      .def("plan_summary",
+           [](const NativeSession& s) {
+             py::dict d;
+             const auto& result = s.session->plan();
+             d["planned"] = result.has_value();
+             if (result) {
+               d["migrations"] = result->plan.migrations.size();
+               d["feasible"] = result->plan.feasible;
+               d["peak_before"] = result->plan.peak_before;
+               d["peak_after"] = result->plan.peak_after;
+               d["bytes_to_ssd"] = result->stats.bytes_to_ssd;
+               d["bytes_to_host"] = result->stats.bytes_to_host;
+               d["planning_s"] = result->stats.planning_s;
+               d["message"] = result->diagnosis.message;
+               d["min_feasible_budget"] = result->diagnosis.min_feasible_budget;
+             }
+             const auto& trace = s.session->trace();
+             std::uint64_t footprint = 0;
+             if (trace) {
+               for (const std::uint64_t bytes : trace::memory_demand(*trace))
+                 footprint = std::max(footprint, bytes);
+             }
+             d["footprint_bytes"] = footprint;
+             d["trace_ops"] = trace ? trace->ops.size() : 0;
+             d["trace_tensors"] = trace ? trace->tensors.size() : 0;
+             d["hardware"] = s.session->hardware().describe();
+             return d;
+           })
+      .def("engine_report", [](const NativeSession& s) { return s.session->engine_report(); })
+      .def("save_trace",
+           [](const NativeSession& s, const std::string& path) {
+             if (!s.session->trace())
+               throw Error(ErrorKind::kInvalidArgument, "no step has been profiled yet");
+             trace::save_trace(*s.session->trace(), path);
+           })
+      .def("save_plan",
+           [](const NativeSession& s, const std::string& path) {
+             if (!s.session->plan()) throw Error(ErrorKind::kInvalidArgument, "there is no plan yet");
+             plan::write_plan(s.session->plan()->plan, path);
+           })
+      .def("export_timeline",
+           [](const NativeSession& s, const std::string& path) { s.session->export_timeline(path); })
+      .def("set_faults", [](NativeSession& s, bool reads, bool writes) {
+        s.faults->fail_reads = reads;
+        s.faults->fail_writes = writes;
+      });
+}
+
 }  // namespace teraio::torch_binding

@@ -108,9 +108,10 @@ class Executor {
   // Before operator k of the step: retires completed transfers (releasing the memory of
   // finished offloads), issues the plan's migrations for k (kPlanned; urgent first), makes
   // every tensor in `used` resident (unknown ids ignored), marks them used at k, and in
-  // kReactive/kPlanned evicts idle tensors until resident bytes fit the budget. A transfer
+  // kReactive/kPlanned evicts idle tensors until resident bytes plus `incoming_bytes` (what
+  // the operator is expected to allocate: its outputs, as profiled) fit the budget. A transfer
   // failure is rethrown as teraio::Error; the tensor stays where its bytes are valid.
-  void before_op(OpIndex k, std::span<const TensorId> used);
+  void before_op(OpIndex k, std::span<const TensorId> used, std::uint64_t incoming_bytes = 0);
   // After operator k: retires completed transfers and, outside kPassive, evicts idle tensors
   // (not in `used`) until resident bytes fit the budget again.
   void after_op(OpIndex k, std::span<const TensorId> used);

@@ -1,0 +1,190 @@
+"""teraio.Session: lifetime-aware tensor offloading for an ordinary PyTorch training loop."""
+import contextlib
+import os
+
+import torch
+
+from . import _native
+
+_PHASES_THAT_PLAN = ("warmup", "profile")
+
+
+def _size(value, name):
+    if value is None:
+        return 0
+    try:
+        return _native.parse_bytes(value)
+    except _native.Error as error:
+        raise ValueError(f"{name}: {error}") from None
+
+
+def _device(value):
+    if value is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if isinstance(value, int):
+        return f"cuda:{value}"
+    device = torch.device(value)
+    if device.type == "cuda" and device.index is None:
+        return f"cuda:{torch.cuda.current_device()}"
+    return str(device)
+
+
+class Report(dict):
+    """What a session did: a dict (see README) whose str() is a human summary."""
+
+    def to_dict(self):
+        return dict(self)
+
+    def __str__(self):
+        fb = _native.format_bytes
+        lines = [f"TeraIO session on {self['device']} ({self['phase']})"]
+        budget = self["gpu_budget"]
+        lines.append(
+            f"  budget {fb(budget) if budget else 'unlimited'}, footprint {fb(self['footprint_bytes'])}"
+            f" (peak tracked memory without migrations), host tier {fb(self['host_budget'])}"
+        )
+        plan = self["plan"]
+        if plan.get("planned"):
+            lines.append(
+                f"  plan: {plan['migrations']} migrations, peak {fb(plan['peak_before'])} -> {fb(plan['peak_after'])}"
+                f" ({'fits' if plan['feasible'] else 'over budget without stalls: reactive eviction covers it'}),"
+                f" {fb(plan['bytes_to_ssd'])} to SSD and {fb(plan['bytes_to_host'])} to host per step,"
+                f" planned in {plan['planning_s']:.2f} s"
+            )
+        lines.append(f"  hardware: {plan.get('hardware', '')}")
+        lines.append("  step  phase     mode      time(s)  stall(s)  out        in         demand  evict  peak")
+        for s in self["steps"]:
+            lines.append(
+                f"  {s['step']:>4}  {s['phase']:<8}  {s['mode']:<8}  {s['time_s']:7.3f}  {s['stall_s']:8.3f}"
+                f"  {fb(s['bytes_offloaded']):>9}  {fb(s['bytes_prefetched']):>9}  {s['demand_fetches']:>6}"
+                f"  {s['evictions']:>5}  {fb(s['peak_resident'])}{'  diverged' if s['diverged'] else ''}"
+            )
+        lines.append("  storage engine:")
+        lines.extend("    " + line for line in self["backends"].splitlines())
+        return "\n".join(lines)
+
+
+class Session:
+    """Observes the first steps, plans migrations, and carries them out on every later step.
+
+    See the README ("Python API") for every argument and the report's fields.
+    """
+
+    def __init__(
+        self,
+        gpu_budget=None,
+        host_budget=0,
+        ssd=(),
+        ssd_capacity="8GiB",
+        warmup_steps=1,
+        profile_steps=2,
+        device=None,
+        plan_filter=None,
+        bandwidths=None,
+        min_tensor_bytes=4096,
+        rank=None,
+        _fault_injection=False,
+    ):
+        if isinstance(ssd, (str, os.PathLike)):
+            ssd = [ssd]
+        if rank is None:
+            rank = int(os.environ.get("RANK", "0"))
+        self._device = _device(device)
+        self._gpu_budget = _size(gpu_budget, "gpu_budget")
+        self._host_budget = _size(host_budget, "host_budget")
+        self._plan_filter = plan_filter
+        config = {
+            "device": self._device,
+            "gpu_budget": self._gpu_budget,
+            "host_budget": self._host_budget,
+            "ssd": [str(p) for p in ssd],
+            "ssd_capacity": _size(ssd_capacity, "ssd_capacity") if ssd else 0,
+            "warmup_steps": int(warmup_steps),
+            "profile_steps": int(profile_steps),
+            "min_tensor_bytes": _size(min_tensor_bytes, "min_tensor_bytes"),
+            "rank": int(rank),
+            "fault_injection": bool(_fault_injection),
+        }
+        for key, value in (bandwidths or {}).items():
+            if key not in ("d2h", "h2d", "ssd_read", "ssd_write"):
+                raise ValueError(f"bandwidths: unknown key {key!r} (d2h, h2d, ssd_read, ssd_write)")
+            config[key] = float(value)
+        self._native = _native.Session(config)
+        self.last_step = None
+
+    @property
+    def phase(self):
+        return self._native.phase
+
+    @property
+    def device(self):
+        return self._native.device
+
+    @contextlib.contextmanager
+    def step(self):
+        """One training step: forward, backward and optimizer step."""
+        self._native.begin_step()
+        try:
+            yield self
+        except BaseException:
+            self._native.abort_step()
+            raise
+        self.last_step = self._native.end_step()
+        if self.last_step["planned_now"] and self._plan_filter is not None:
+            self._native.set_migrations(list(self._plan_filter(self._native.migrations())))
+
+    @contextlib.contextmanager
+    def resident(self):
+        """Every tracked tensor in device memory, for code that reads storage directly."""
+        self._native.enter_resident()
+        try:
+            yield self
+        finally:
+            self._native.exit_resident()
+
+    def migrations(self):
+        return self._native.migrations()
+
+    def report(self):
+        plan = self._native.plan_summary()
+        return Report(
+            device=self.device,
+            phase=self.phase,
+            gpu_budget=self._gpu_budget,
+            host_budget=self._host_budget,
+            footprint_bytes=plan["footprint_bytes"],
+            planned_peak_bytes=plan.get("peak_after", 0),
+            plan=plan,
+            steps=self._native.steps(),
+            backends=self._native.engine_report(),
+        )
+
+    def save_trace(self, path):
+        self._native.save_trace(os.fspath(path))
+
+    def save_plan(self, path):
+        self._native.save_plan(os.fspath(path))
+
+    def export_timeline(self, path):
+        self._native.export_timeline(os.fspath(path))
+
+    def close(self):
+        self._native.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        native = getattr(self, "_native", None)
+        if native is not None:
+            try:
+                native.close()
+            except Exception:  # noqa: BLE001 - never raise from a finalizer
+                pass
+
+    def _set_faults(self, reads=False, writes=False):
+        self._native.set_faults(reads, writes)

@@ -1,0 +1,567 @@
+#include "session.hpp"
+
+#include <c10/core/Device.h>
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "observer.hpp"
+#include "teraio/core/error.hpp"
+#include "teraio/core/log.hpp"
+#include "teraio/core/strings.hpp"
+#include "teraio/core/units.hpp"
+#include "teraio/trace/lifetime.hpp"
+#include "tier_probe.hpp"
+
+#ifdef TERAIO_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace teraio::torch_binding {
+namespace {
+
+template <typename F>
+void for_each_tensor(const c10::IValue& value, const F& f) {
+  if (value.isTensor()) {
+    f(value.toTensor());
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& t : value.toTensorVector()) f(t);
+  } else if (value.isList()) {
+    for (const c10::IValue& item : value.toListRef()) for_each_tensor(item, f);
+  } else if (value.isTuple()) {
+    for (const c10::IValue& item : value.toTupleRef().elements()) for_each_tensor(item, f);
+  }
+}
+
+c10::Device parse_device(const std::string& text) {
+  try {
+    c10::Device device(text);
+    if (device.is_cuda() && !device.has_index()) device.set_index(0);
+    if (!device.is_cpu() && !device.is_cuda()) throw Error(ErrorKind::kUnsupported, "");
+    return device;
+  } catch (const c10::Error&) {
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("unknown device '", text, "' (expected cpu, cuda or cuda:N)"));
+  } catch (const Error&) {
+    throw Error(ErrorKind::kUnsupported, cat("device '", text, "' is not supported (cpu or cuda)"));
+  }
+}
+
+std::unique_ptr<io::DeviceCopier> make_copier(c10::Device device) {
+  if (device.is_cpu()) return io::make_host_copier();
+#ifdef TERAIO_TORCH_CUDA
+  return io::make_cuda_copier(device.index());
+#else
+  throw Error(ErrorKind::kUnsupported, "this TeraIO build has no CUDA support (built against a CPU torch)");
+#endif
+}
+
+}  // namespace
+
+std::string_view to_string(SessionPhase phase) {
+  switch (phase) {
+    case SessionPhase::kWarmup: return "warmup";
+    case SessionPhase::kProfile: return "profile";
+    case SessionPhase::kPlanned: return "planned";
+    case SessionPhase::kPassive: return "passive";
+    case SessionPhase::kClosed: return "closed";
+  }
+  return "?";
+}
+
+Session::Session(SessionConfig config) : config_(std::move(config)), device_(parse_device(config_.device)) {
+  if (config_.warmup_steps < 0 || config_.profile_steps < 1) {
+    throw Error(ErrorKind::kInvalidArgument, cat("warmup_steps must be >= 0 and profile_steps >= 1 (got ",
+                                                 config_.warmup_steps, " and ", config_.profile_steps, ")"));
+  }
+  if (!config_.ssd_paths.empty() && config_.ssd_capacity == 0) {
+    throw Error(ErrorKind::kInvalidArgument, "ssd paths given but ssd_capacity is 0");
+  }
+  copier_ = make_copier(device_);
+  io::EngineConfig engine;
+  engine.host_capacity = config_.host_budget;
+  engine.ssd_paths = config_.ssd_paths;
+  engine.ssd_capacity_per_path = config_.ssd_capacity;
+  engine.rank = config_.rank;
+  engine.wrap_backend = config_.wrap_backend;
+  store_ = std::make_unique<io::TierStore>(*copier_, engine);
+  memory_ = std::make_unique<StorageMemory>(table_, *copier_, device_);
+  runtime::ExecutorConfig executor_config;
+  executor_config.budget = config_.gpu_budget;
+  executor_ = std::make_unique<runtime::Executor>(*store_, *memory_, executor_config);
+  timer_ = make_op_timer(device_);
+
+  hardware_.gpu_budget = config_.gpu_budget;
+  hardware_.host_capacity = config_.host_budget;
+  hardware_.ssd_capacity = config_.ssd_capacity * config_.ssd_paths.size();
+  probe_bandwidths();
+
+  phase_ = config_.warmup_steps > 0 ? SessionPhase::kWarmup : SessionPhase::kProfile;
+  phase_steps_left_ = config_.warmup_steps > 0 ? config_.warmup_steps : config_.profile_steps;
+  slot_ = observe(this);
+  observing_ = true;
+}
+
+Session::~Session() {
+  try {
+    close();
+  } catch (const std::exception& e) {
+    log::warn(cat("closing the TeraIO session: ", e.what()));
+  }
+}
+
+void Session::probe_bandwidths() {
+  TierBandwidths measured;
+  const bool need =
+      config_.d2h_bandwidth <= 0 || config_.h2d_bandwidth <= 0 ||
+      (!config_.ssd_paths.empty() && (config_.ssd_read_bandwidth <= 0 || config_.ssd_write_bandwidth <= 0));
+  if (need && config_.gpu_budget > 0) measured = probe_tiers(*store_, *copier_, config_.probe_bytes);
+  const auto pick = [](double given, double probed, double fallback) {
+    if (given > 0) return given;
+    return probed > 0 ? probed : fallback;
+  };
+  // Without a host tier there is nothing to probe the device link with; the PCIe figure then
+  // only bounds SSD traffic, which the SSD figures bound more tightly anyway.
+  hardware_.d2h_bandwidth = pick(config_.d2h_bandwidth, measured.d2h, 25e9);
+  hardware_.h2d_bandwidth = pick(config_.h2d_bandwidth, measured.h2d, 25e9);
+  hardware_.ssd_write_bandwidth = pick(config_.ssd_write_bandwidth, measured.ssd_write, 1e9);
+  hardware_.ssd_read_bandwidth = pick(config_.ssd_read_bandwidth, measured.ssd_read, 1e9);
+  hardware_.gpudirect = false;
+}
+
+std::string Session::device_name() const {
+  return device_.str();
+}
+
+std::string Session::engine_report() const {
+  return io::format_report(store_->report());
+}
+
+runtime::Mode Session::step_mode() const {
+  if (config_.gpu_budget == 0) return runtime::Mode::kPassive;
+  return phase_ == SessionPhase::kPlanned ? runtime::Mode::kPlanned : runtime::Mode::kReactive;
+}
+
+void Session::begin_step() {
+  std::lock_guard lock(mutex_);
+  if (phase_ == SessionPhase::kClosed) throw Error(ErrorKind::kShutdown, "the TeraIO session is closed");
+  if (in_step_) throw Error(ErrorKind::kInvalidArgument, "session.step() entered twice: steps do not nest");
+  if (resident_depth_ > 0)
+    throw Error(ErrorKind::kInvalidArgument, "session.step() inside session.resident()");
+  if (pending_error_) std::rethrow_exception(std::exchange(pending_error_, nullptr));
+  in_step_ = true;
+  op_counter_ = 0;
+  births_previous_ = std::move(births_);
+  births_.clear();
+  diverged_ = false;
+  if (phase_ == SessionPhase::kProfile) {
+    recorder_.begin();
+    timer_->reset();
+  }
+  if (observing_) {
+    executor_->set_mode(step_mode());
+    executor_->begin_step();
+  }
+  step_start_ = std::chrono::steady_clock::now();
+}
+
+void Session::remove_dead() {
+  for (const TensorId id : table_.sweep_dead()) executor_->remove_tensor(id);
+  memory_->unpin_settled(*executor_);
+}
+
+StepRecord Session::end_step() {
+  std::lock_guard lock(mutex_);
+  if (!in_step_) throw Error(ErrorKind::kInvalidArgument, "end of a step that was not begun");
+  in_step_ = false;
+  StepRecord record;
+  record.step = step_index_++;
+  record.phase = phase_;
+  record.ops = op_counter_;
+#ifdef TERAIO_TORCH_CUDA
+  // Honest step times: the step ends when its kernels have.
+  if (device_.is_cuda()) c10::cuda::getCurrentCUDAStream(device_.index()).synchronize();
+#endif
+  record.time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count();
+  if (observing_) {
+    remove_dead();
+    if (phase_ == SessionPhase::kPlanned && trace_ && op_counter_ != trace_->ops.size() && !diverged_) {
+      diverge(cat("the step ran ", op_counter_, " operators, the profiled one ", trace_->ops.size()));
+    }
+    record.stats = executor_->end_step();
+    record.diverged = diverged_;
+    if (timeline_steps_.size() < 16) timeline_steps_.push_back(record.stats);
+  }
+  if (diverged_) {
+    if (++divergent_steps_ >= 2) {
+      log::warn("TeraIO: two steps in a row diverged from the profile; profiling again");
+      phase_ = SessionPhase::kProfile;
+      phase_steps_left_ = config_.profile_steps;
+      divergent_steps_ = 0;
+      steps_.push_back(record);
+      if (pending_error_) std::rethrow_exception(std::exchange(pending_error_, nullptr));
+      return record;
+    }
+  } else {
+    divergent_steps_ = 0;
+  }
+  if (phase_ == SessionPhase::kProfile && !pending_error_) {
+    const std::uint64_t step = record.step;
+    const auto durations = timer_->durations(recorder_.ops());
+    trace_ = recorder_.finish(
+        durations,
+        [&](TensorId id) {
+          c10::StorageImpl* impl = table_.find_id(id);
+          const TrackedStorage* entry = impl != nullptr ? table_.find(impl) : nullptr;
+          return entry != nullptr && entry->born_step < step;
+        },
+        cat("profiled by TeraIO on ", device_.str()));
+  }
+  if (phase_ == SessionPhase::kWarmup || phase_ == SessionPhase::kProfile) {
+    if (--phase_steps_left_ <= 0) {
+      if (phase_ == SessionPhase::kWarmup) {
+        phase_ = SessionPhase::kProfile;
+        phase_steps_left_ = config_.profile_steps;
+      } else if (!pending_error_) {
+        make_plan();
+        record.planned_now = true;
+      }
+    }
+  }
+  steps_.push_back(record);
+  if (pending_error_) std::rethrow_exception(std::exchange(pending_error_, nullptr));
+  return record;
+}
+
+void Session::abort_step() {
+  std::lock_guard lock(mutex_);
+  if (!in_step_) return;
+  in_step_ = false;
+  if (observing_) {
+    remove_dead();
+    static_cast<void>(executor_->end_step());
+  }
+  step_index_++;
+  pending_error_ = nullptr;
+}
+
+void Session::make_plan() {
+  if (config_.gpu_budget == 0) {
+    go_passive();
+    return;
+  }
+  trace::validate(*trace_);
+  plan_ = plan::make_plan(*trace_, hardware_);
+  const std::vector<std::uint64_t> active = trace::active_bytes(*trace_);
+  const auto worst = std::max_element(active.begin(), active.end());
+  if (worst != active.end() && *worst > config_.gpu_budget) {
+    const auto k = static_cast<std::size_t>(worst - active.begin());
+    throw Error(ErrorKind::kInfeasible,
+                cat("gpu_budget ", format_bytes(config_.gpu_budget), " is below what operator ", k, " (",
+                    trace_->ops[k].name, ") needs at once: ", format_bytes(*worst),
+                    "; no plan can reach it. Planner: ", plan_->diagnosis.message));
+  }
+  if (plan_->plan.migrations.empty() && plan_->plan.peak_before <= config_.gpu_budget) {
+    go_passive();
+    return;
+  }
+  if (!plan_->plan.feasible) {
+    log::warn(cat("TeraIO: the plan brings the peak to ", format_bytes(plan_->plan.peak_after),
+                  ", above the budget ", format_bytes(config_.gpu_budget),
+                  " without stalls; reactive eviction covers the rest (", plan_->diagnosis.message, ")"));
+  }
+  set_migrations(plan_->plan.migrations);
+  phase_ = SessionPhase::kPlanned;
+}
+
+void Session::set_migrations(std::vector<plan::Migration> migrations) {
+  std::lock_guard lock(mutex_);
+  if (!plan_ || !trace_) throw Error(ErrorKind::kInvalidArgument, "there is no plan yet");
+  plan_->plan.migrations = std::move(migrations);
+  plan_ids_at_.assign(trace_->ops.size(), {});
+  for (const auto& m : plan_->plan.migrations) {
+    if (m.issue_before >= trace_->ops.size()) {
+      throw Error(ErrorKind::kInvalidArgument,
+                  cat("migration of tensor ", m.tensor, " is issued before operator ", m.issue_before,
+                      ", past the step's ", trace_->ops.size()));
+    }
+    plan_ids_at_[m.issue_before].push_back(m.tensor);
+  }
+  plan_op_names_.clear();
+  for (const auto& op : trace_->ops) plan_op_names_.push_back(op.name);
+  executor_->set_plan(plan_->plan);
+}
+
+void Session::go_passive() {
+  // Nothing to move: bring back what reactive profiling moved out and stop observing, so
+  // the steps of a model that fits cost what they cost without TeraIO.
+  executor_->set_mode(runtime::Mode::kPassive);
+  executor_->drain();
+  std::vector<TensorId> ids;
+  table_.for_each([&](c10::StorageImpl*, TrackedStorage& entry) {
+    if (!entry.weak.expired()) ids.push_back(entry.id);
+  });
+  executor_->fetch(ids);
+  for (const TensorId id : ids) executor_->remove_tensor(id);
+  memory_->unpin_settled(*executor_);
+  table_.clear();
+  stop_observing(slot_);
+  observing_ = false;
+  phase_ = SessionPhase::kPassive;
+}
+
+void Session::diverge(const std::string& why) {
+  if (diverged_) return;
+  diverged_ = true;
+  executor_->set_mode(runtime::Mode::kReactive);
+  if (!divergence_reported_) {
+    log::warn(cat("TeraIO: step ", step_index_, " diverged from the profiled operator sequence (", why,
+                  "); this step runs in reactive mode"));
+    divergence_reported_ = true;
+  }
+}
+
+bool Session::on_device(const at::Tensor& tensor) const {
+  if (!tensor.defined() || !tensor.has_storage()) return false;
+  const c10::Storage& storage = tensor.storage();
+  const c10::Device device = storage.device();
+  if (device.type() != device_.type()) return false;
+  if (device_.is_cuda() && device.index() != device_.index()) return false;
+  return true;
+}
+
+void Session::untrack(c10::StorageImpl* impl, TensorId id) {
+  if (executor_->contains(id)) {
+    const std::vector<TensorId> one{id};
+    executor_->fetch(one);
+    executor_->remove_tensor(id);
+  }
+  memory_->unpin_settled(*executor_);
+  table_.erase(impl);
+}
+
+TensorId Session::identify(const c10::Storage& storage, const FirstSight& sight) {
+  c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+  if (TrackedStorage* entry = table_.find(impl)) {
+    if (storage.nbytes() != entry->bytes && storage.data() != nullptr &&
+        executor_->location(entry->id) == runtime::Location::kDevice) {
+      // Resized in place (an out= operator): the executor tracks whole storages by size.
+      executor_->remove_tensor(entry->id);
+      executor_->add_tensor(entry->id, storage.nbytes());
+      entry->bytes = storage.nbytes();
+    }
+    return entry->id;
+  }
+  TensorId id = 0;
+  if (phase_ == SessionPhase::kWarmup || !in_step_) {
+    id = (1ull << 63) | warmup_ids_++;
+  } else {
+    id = tensor_id_for(sight);
+  }
+  if (c10::StorageImpl* holder = table_.holder_of(id)) {
+    if (table_.alive(id)) {
+      // A storage from an earlier step still alive under the id this position gives (a loss
+      // kept for logging): it leaves the session's care so the new one can take the id.
+      untrack(holder, id);
+    } else {
+      executor_->remove_tensor(id);
+      table_.erase(holder);
+    }
+  }
+  table_.add(storage, id, step_index_);
+  executor_->add_tensor(id, storage.nbytes());
+  if (in_step_ && sight.output) {
+    if (births_.size() <= sight.op) births_.resize(sight.op + 1, 0);
+    births_[sight.op] += storage.nbytes();
+  }
+  return id;
+}
+
+void Session::record_failure(std::exception_ptr error, const std::vector<TensorId>& used) {
+  if (!pending_error_) pending_error_ = error;
+  // RecordFunction swallows exceptions from callbacks and runs the operator anyway, so an
+  // operator whose storage could not be fetched must not find an empty data pointer: it gets
+  // scratch memory, its bytes stay valid in the tier, and the step ends with the error.
+  for (const TensorId id : used) {
+    if (c10::StorageImpl* impl = table_.find_id(id)) memory_->give_scratch(impl);
+  }
+}
+
+void Session::count_op(const at::RecordFunction& fn, OpState& op, trace::Phase phase) {
+  op.counted = true;
+  op.k = op_counter_++;
+  op.nested = 0;
+  op.used.clear();
+  const char* name = fn.name();
+  if (phase_ == SessionPhase::kProfile) recorder_.add_op(name != nullptr ? name : "?", phase);
+  if (phase_ == SessionPhase::kPlanned && !diverged_) {
+    if (op.k >= plan_op_names_.size()) {
+      diverge(cat("more than the ", plan_op_names_.size(), " profiled operators"));
+    } else if (plan_op_names_[op.k] != (name != nullptr ? name : "")) {
+      diverge(cat("operator ", op.k, " is ", name, ", the profile had ", plan_op_names_[op.k]));
+    }
+  }
+}
+
+void Session::run_before_op(OpState& op) {
+  try {
+    if (executor_->mode() != runtime::Mode::kPassive) {
+      remove_dead();
+    } else if (phase_ == SessionPhase::kPlanned && op.k < plan_ids_at_.size()) {
+      for (const TensorId id : plan_ids_at_[op.k]) {
+        if (executor_->contains(id) && !table_.alive(id)) executor_->remove_tensor(id);
+      }
+    }
+    const std::uint64_t incoming =
+        phase_ != SessionPhase::kWarmup && op.k < births_previous_.size() ? births_previous_[op.k] : 0;
+    executor_->before_op(op.k, op.used, incoming);
+    for (const TensorId id : op.used) {
+      c10::StorageImpl* impl = table_.find_id(id);
+      if (impl != nullptr && impl->data_ptr().get() == nullptr && impl->nbytes() > 0) {
+        throw Error(ErrorKind::kInternal,
+                    cat("operator ", op.k, ": tensor ", id, " is not resident after its fetch (",
+                        runtime::to_string(executor_->location(id)), ")"));
+      }
+    }
+  } catch (...) {
+    record_failure(std::current_exception(), op.used);
+  }
+  if (phase_ == SessionPhase::kProfile) timer_->start(op.k);
+  op.start_s = executor_->now_s();
+}
+
+void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, trace::Phase phase) {
+  if (depth > 0) return;  // nested: the outermost operator already covers its inputs
+  op.counted = false;
+  std::vector<c10::Storage> inputs;
+  for (const c10::IValue& value : fn.inputs()) {
+    for_each_tensor(value, [&](const at::Tensor& t) {
+      if (on_device(t) && t.storage().nbytes() >= config_.min_tensor_bytes) inputs.push_back(t.storage());
+    });
+  }
+  std::lock_guard lock(mutex_);
+  if (!observing_) return;
+  if (!in_step_) {
+    // Between steps: operators on offloaded storages fetch them on demand.
+    std::vector<TensorId> ids;
+    for (const auto& s : inputs) {
+      if (const TrackedStorage* entry = table_.find(s.unsafeGetStorageImpl())) ids.push_back(entry->id);
+    }
+    if (ids.empty()) return;
+    try {
+      executor_->fetch(ids);
+    } catch (...) {
+      record_failure(std::current_exception(), ids);
+    }
+    return;
+  }
+  if (inputs.empty()) return;  // counted at its end if it produces storages on the device
+  count_op(fn, op, phase);
+  std::uint32_t slot = 0;
+  for (const auto& s : inputs) {
+    const TensorId id = identify(s, FirstSight{op.k, 0, slot++, false});
+    if (std::find(op.used.begin(), op.used.end(), id) == op.used.end()) op.used.push_back(id);
+  }
+  run_before_op(op);
+}
+
+void Session::on_op_end(const at::RecordFunction& fn, OpState& op, int depth) {
+  if (depth > 0 && !op.counted) return;
+  std::vector<c10::Storage> outputs;
+  for (const c10::IValue& value : fn.outputs()) {
+    for_each_tensor(value, [&](const at::Tensor& t) {
+      if (on_device(t) && t.storage().nbytes() >= config_.min_tensor_bytes) outputs.push_back(t.storage());
+    });
+  }
+  std::lock_guard lock(mutex_);
+  if (!observing_ || !in_step_) {
+    op.counted = false;
+    return;
+  }
+  if (depth > 0) {
+    // Storages created inside an operator (saved for backward, say) are tracked from birth.
+    if (outputs.empty()) return;
+    ++op.nested;
+    std::uint32_t slot = 0;
+    for (const auto& s : outputs) {
+      const TensorId id = identify(s, FirstSight{op.k, op.nested, slot++, true});
+      if (std::find(op.used.begin(), op.used.end(), id) == op.used.end()) op.used.push_back(id);
+    }
+    return;
+  }
+  if (!op.counted) {
+    if (outputs.empty()) return;
+    count_op(fn, op, trace::Phase::kForward);
+    run_before_op(op);
+  }
+  std::uint32_t slot = 0;
+  for (const auto& s : outputs) {
+    const TensorId id = identify(s, FirstSight{op.k, 0, slot++, true});
+    if (std::find(op.used.begin(), op.used.end(), id) == op.used.end()) op.used.push_back(id);
+  }
+  if (phase_ == SessionPhase::kProfile) {
+    timer_->stop(op.k);
+    for (const TensorId id : op.used) {
+      if (c10::StorageImpl* impl = table_.find_id(id)) recorder_.use(id, op.k, impl->nbytes());
+    }
+  }
+  if (op_spans_.size() < 200000 && (phase_ == SessionPhase::kProfile || phase_ == SessionPhase::kPlanned)) {
+    const char* name = fn.name();
+    op_spans_.push_back(runtime::OpSpan{name != nullptr ? name : "?", op.start_s, executor_->now_s(),
+                                        static_cast<std::uint32_t>(step_index_)});
+  }
+  try {
+    if (executor_->mode() != runtime::Mode::kPassive) remove_dead();
+    executor_->after_op(op.k, op.used);
+  } catch (...) {
+    record_failure(std::current_exception(), {});
+  }
+  op.counted = false;
+}
+
+void Session::enter_resident() {
+  std::lock_guard lock(mutex_);
+  if (in_step_) throw Error(ErrorKind::kInvalidArgument, "session.resident() inside session.step()");
+  if (resident_depth_++ > 0 || !observing_) return;
+  executor_->set_mode(runtime::Mode::kPassive);
+  try {
+    executor_->fetch_all();
+  } catch (...) {
+    --resident_depth_;
+    throw;
+  }
+}
+
+void Session::exit_resident() {
+  std::lock_guard lock(mutex_);
+  if (resident_depth_ > 0) --resident_depth_;
+}
+
+void Session::close() {
+  std::lock_guard lock(mutex_);
+  if (phase_ == SessionPhase::kClosed) return;
+  if (observing_) {
+    // Tensors outlive the session: every storage gets its bytes back before the observer goes.
+    executor_->set_mode(runtime::Mode::kPassive);
+    executor_->drain();
+    std::vector<TensorId> ids;
+    table_.for_each([&](c10::StorageImpl*, TrackedStorage& entry) {
+      if (!entry.weak.expired()) ids.push_back(entry.id);
+    });
+    executor_->fetch(ids);
+    stop_observing(slot_);
+    observing_ = false;
+  }
+  executor_.reset();
+  memory_.reset();
+  table_.clear();
+  store_.reset();
+  phase_ = SessionPhase::kClosed;
+}
+
+void Session::export_timeline(const std::string& path) const {
+  std::lock_guard lock(mutex_);
+  runtime::write_timeline(path, op_spans_, timeline_steps_);
+}
+
+}  // namespace teraio::torch_binding

@@ -1,0 +1,159 @@
+// torch/session: one TeraIO session on one device. It observes every operator through
+// PyTorch's RecordFunction callbacks, gives storages stable ids (StorageTable), records the
+// profiled steps as a lifetime trace, plans with the planner, and drives the executor on
+// every later step: before an operator, its storages are made resident; after it, the
+// executor retires transfers and holds the budget. Phases: warm-up (optimizer state gets
+// created), profile (reactive under the budget, trace recorded), planned (the plan is carried
+// out; a divergent step falls back to reactive mode), passive (nothing to move: the observer
+// is detached so a model that fits pays nothing).
+#pragma once
+
+#include <ATen/record_function.h>
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "op_timer.hpp"
+#include "profile_recorder.hpp"
+#include "storage_memory.hpp"
+#include "storage_table.hpp"
+#include "teraio/io/tier_store.hpp"
+#include "teraio/plan/planner.hpp"
+#include "teraio/runtime/executor.hpp"
+#include "teraio/runtime/timeline.hpp"
+
+namespace teraio::torch_binding {
+
+struct SessionConfig {
+  std::string device = "cpu";          // "cpu", "cuda", "cuda:N"
+  std::uint64_t gpu_budget = 0;        // bytes tracked tensors may hold on the device; 0: unlimited
+  std::uint64_t host_budget = 0;       // pinned host tier; 0: none
+  std::vector<std::string> ssd_paths;  // "{rank}" substituted; empty: no SSD tier
+  std::uint64_t ssd_capacity = 0;      // per path
+  int warmup_steps = 1;
+  int profile_steps = 2;
+  int rank = 0;
+  std::uint64_t min_tensor_bytes = 4096;  // smaller storages are not worth an I/O request
+  // Bandwidths in bytes/s for the planner; 0: measured by a probe of the tiers at start-up.
+  double d2h_bandwidth = 0;
+  double h2d_bandwidth = 0;
+  double ssd_read_bandwidth = 0;
+  double ssd_write_bandwidth = 0;
+  std::uint64_t probe_bytes = 64ull << 20;
+  // Test seam handed to the storage engine (fault injection).
+  std::function<std::unique_ptr<io::IoBackend>(std::unique_ptr<io::IoBackend>, const std::string&)>
+      wrap_backend;
+};
+
+enum class SessionPhase { kWarmup, kProfile, kPlanned, kPassive, kClosed };
+std::string_view to_string(SessionPhase phase);
+
+struct StepRecord {
+  std::uint64_t step = 0;
+  SessionPhase phase = SessionPhase::kWarmup;
+  runtime::StepStats stats;
+  double time_s = 0;
+  std::size_t ops = 0;
+  bool diverged = false;
+  bool planned_now = false;  // the plan was made at the end of this step
+};
+
+class Session {
+ public:
+  explicit Session(SessionConfig config);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  void begin_step();
+  // Ends the step; rethrows the first storage-engine error the step met.
+  StepRecord end_step();
+  // The step's code raised: closes the step without planning from it.
+  void abort_step();
+  void enter_resident();
+  void exit_resident();
+  void close();
+
+  SessionPhase phase() const { return phase_; }
+  const SessionConfig& config() const { return config_; }
+  const std::vector<StepRecord>& steps() const { return steps_; }
+  const std::optional<trace::Trace>& trace() const { return trace_; }
+  const std::optional<plan::PlanResult>& plan() const { return plan_; }
+  // Replaces the plan's migrations (plan_filter); they must name tensors of the trace.
+  void set_migrations(std::vector<plan::Migration> migrations);
+  const plan::Hardware& hardware() const { return hardware_; }
+  std::string engine_report() const;
+  std::string device_name() const;
+  void export_timeline(const std::string& path) const;
+
+  // Observer entry points (any thread; operators of one session never run concurrently).
+  struct OpState {
+    bool counted = false;
+    OpIndex k = 0;
+    std::uint32_t nested = 0;
+    std::vector<TensorId> used;
+    double start_s = 0;
+  };
+  void on_op_start(const at::RecordFunction& fn, OpState& op, int depth, trace::Phase phase);
+  void on_op_end(const at::RecordFunction& fn, OpState& op, int depth);
+
+ private:
+  bool on_device(const at::Tensor& tensor) const;
+  TensorId identify(const c10::Storage& storage, const FirstSight& sight);
+  void untrack(c10::StorageImpl* impl, TensorId id);
+  void count_op(const at::RecordFunction& fn, OpState& op, trace::Phase phase);
+  void run_before_op(OpState& op);
+  void record_failure(std::exception_ptr error, const std::vector<TensorId>& used);
+  void remove_dead();
+  void make_plan();
+  void go_passive();
+  void diverge(const std::string& why);
+  runtime::Mode step_mode() const;
+  void probe_bandwidths();
+
+  SessionConfig config_;
+  c10::Device device_;
+  std::unique_ptr<io::DeviceCopier> copier_;
+  std::unique_ptr<io::TierStore> store_;
+  StorageTable table_;
+  std::unique_ptr<StorageMemory> memory_;
+  std::unique_ptr<runtime::Executor> executor_;
+  std::unique_ptr<OpTimer> timer_;
+  ProfileRecorder recorder_;
+  plan::Hardware hardware_;
+  std::optional<trace::Trace> trace_;
+  std::optional<plan::PlanResult> plan_;
+  std::vector<std::vector<TensorId>> plan_ids_at_;  // tensors the plan migrates before op k
+  std::vector<std::string> plan_op_names_;
+  // Bytes of storages each operator created in the previous step and in this one: the room
+  // an operator needs for its outputs is made before it runs, so the budget holds throughout.
+  std::vector<std::uint64_t> births_previous_;
+  std::vector<std::uint64_t> births_;
+
+  mutable std::recursive_mutex mutex_;
+  SessionPhase phase_ = SessionPhase::kWarmup;
+  int phase_steps_left_ = 0;
+  bool observing_ = false;
+  bool in_step_ = false;
+  int resident_depth_ = 0;
+  std::uint64_t step_index_ = 0;
+  OpIndex op_counter_ = 0;
+  std::uint64_t warmup_ids_ = 0;
+  bool diverged_ = false;
+  int divergent_steps_ = 0;
+  bool divergence_reported_ = false;
+  std::exception_ptr pending_error_;
+  std::chrono::steady_clock::time_point step_start_;
+  std::vector<StepRecord> steps_;
+  std::vector<runtime::OpSpan> op_spans_;
+  std::vector<runtime::StepStats> timeline_steps_;
+  int slot_ = -1;  // in the observer's registry
+};
+
+}  // namespace teraio::torch_binding

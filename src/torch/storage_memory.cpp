@@ -1,0 +1,86 @@
+#include "storage_memory.hpp"
+
+#include "teraio/core/error.hpp"
+#include "teraio/core/strings.hpp"
+
+#ifdef TERAIO_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace teraio::torch_binding {
+namespace {
+
+// Allocations go to the storage's device: the caching allocator allocates on the current one.
+c10::DataPtr allocate_on(c10::StorageImpl* impl, c10::Device device) {
+#ifdef TERAIO_TORCH_CUDA
+  if (device.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(device);
+    return impl->allocator()->allocate(impl->nbytes());
+  }
+#endif
+  static_cast<void>(device);
+  return impl->allocator()->allocate(impl->nbytes());
+}
+
+}  // namespace
+
+StorageMemory::StorageMemory(StorageTable& table, io::DeviceCopier& copier, c10::Device device)
+    : table_(table), copier_(copier), device_(device) {}
+
+c10::StorageImpl* StorageMemory::storage(TensorId id) const {
+  // A freed storage must never be touched again: reviving it would free it twice.
+  c10::StorageImpl* impl = table_.find_id(id);
+  if (impl == nullptr || !table_.alive(id)) {
+    throw Error(ErrorKind::kInternal, cat("tensor ", id, " was freed but is still known to the executor"));
+  }
+  return impl;
+}
+
+void StorageMemory::pin(TensorId id, c10::StorageImpl* impl) {
+  if (pinned_.count(id) != 0) return;
+  TrackedStorage* entry = table_.find(impl);
+  auto strong = entry != nullptr ? entry->weak.lock() : c10::intrusive_ptr<c10::StorageImpl>();
+  if (!strong) throw Error(ErrorKind::kInternal, cat("tensor ", id, " was freed while being moved"));
+  pinned_.emplace(id, std::move(strong));
+}
+
+void* StorageMemory::data(TensorId id) {
+  return storage(id)->data_ptr().get();
+}
+
+void StorageMemory::before_copy_out(TensorId id) {
+  pin(id, storage(id));
+#ifdef TERAIO_TORCH_CUDA
+  if (device_.is_cuda()) copier_.wait_for_stream(c10::cuda::getCurrentCUDAStream(device_.index()).stream());
+#endif
+}
+
+void StorageMemory::release(TensorId id) {
+  c10::StorageImpl* impl = storage(id);
+  impl->set_data_ptr_noswap(c10::DataPtr(nullptr, impl->device()));
+  pinned_.erase(id);
+}
+
+void* StorageMemory::reallocate(TensorId id) {
+  c10::StorageImpl* impl = storage(id);
+  pin(id, impl);
+  impl->set_data_ptr_noswap(allocate_on(impl, device_));
+  return impl->data_ptr().get();
+}
+
+void StorageMemory::unpin_settled(const runtime::Executor& executor) {
+  for (auto it = pinned_.begin(); it != pinned_.end();) {
+    const bool settled =
+        !executor.contains(it->first) || (executor.location(it->first) != runtime::Location::kOffloading &&
+                                          executor.location(it->first) != runtime::Location::kFetching);
+    it = settled ? pinned_.erase(it) : std::next(it);
+  }
+}
+
+void StorageMemory::give_scratch(c10::StorageImpl* impl) {
+  if (impl->data_ptr().get() == nullptr && impl->nbytes() > 0)
+    impl->set_data_ptr_noswap(allocate_on(impl, device_));
+}
+
+}  // namespace teraio::torch_binding

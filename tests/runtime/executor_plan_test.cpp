@@ -1,0 +1,292 @@
+// Carrying out a plan: offloads free device memory once written, prefetches bring the exact
+// bytes back from either tier, and a wrong plan costs a demand fetch, never correctness.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "runtime_test_support.hpp"
+
+namespace teraio::runtime {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::offload;
+using testing::plan_of;
+using testing::prefetch;
+using testing::Rig;
+using testing::RigOptions;
+
+constexpr std::uint64_t kBytes = 40 * kKiB + 123;  // not a page multiple: partial last page
+
+TEST(ExecutorPlan, OffloadAndPrefetchThroughBothTiersRestoreEveryByte) {
+  Rig rig(0);
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  rig.add(2, kBytes);
+  rig.add(3, kBytes);
+  ex.set_plan(
+      plan_of({offload(1, kBytes, plan::Tier::kHost, 1), offload(2, kBytes, plan::Tier::kSsd, 1),
+               prefetch(1, kBytes, plan::Tier::kHost, 3, 4), prefetch(2, kBytes, plan::Tier::kSsd, 3, 4)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  const TensorId all[] = {1, 2, 3};
+  ex.before_op(0, all);
+  ex.after_op(0, all);
+  ex.before_op(1, {});
+  EXPECT_EQ(ex.location(1), Location::kOffloading);
+  ex.drain();
+  EXPECT_EQ(ex.location(1), Location::kHost);
+  EXPECT_EQ(ex.location(2), Location::kSsd);
+  EXPECT_FALSE(rig.memory().holds(1));
+  EXPECT_FALSE(rig.memory().holds(2));
+  EXPECT_EQ(ex.resident_bytes(), kBytes);
+  EXPECT_GT(rig.host_used(), 0u);
+  EXPECT_GT(rig.ssd_used(), 0u);
+  ex.after_op(1, {});
+  ex.before_op(2, {});
+  ex.after_op(2, {});
+  ex.before_op(3, {});
+  ex.after_op(3, {});
+  ex.before_op(4, all);
+  EXPECT_EQ(ex.location(1), Location::kDevice);
+  EXPECT_EQ(ex.location(2), Location::kDevice);
+  ex.after_op(4, all);
+  const StepStats stats = ex.end_step();
+
+  for (TensorId id : all) EXPECT_TRUE(rig.memory().intact(id)) << "tensor " << id;
+  EXPECT_EQ(stats.planned_offloads, 2u);
+  EXPECT_EQ(stats.planned_prefetches, 2u);
+  EXPECT_EQ(stats.demand_fetches, 0u);
+  EXPECT_EQ(stats.skipped, 0u);
+  EXPECT_EQ(stats.bytes_to_host, kBytes);
+  EXPECT_EQ(stats.bytes_to_ssd, kBytes);
+  EXPECT_EQ(stats.bytes_from_host, kBytes);
+  EXPECT_EQ(stats.bytes_from_ssd, kBytes);
+  EXPECT_EQ(stats.peak_resident, 3 * kBytes);
+  EXPECT_EQ(stats.mode, Mode::kPlanned);
+  ASSERT_EQ(stats.transfers.size(), 4u);
+  for (const TransferSpan& span : stats.transfers) {
+    EXPECT_TRUE(span.planned);
+    EXPECT_EQ(span.bytes, kBytes);
+    EXPECT_LE(span.start_s, span.end_s);
+  }
+  // The extents are given back once the tensors are home again.
+  EXPECT_EQ(rig.host_used(), 0u);
+  EXPECT_EQ(rig.ssd_used(), 0u);
+  EXPECT_EQ(ex.resident_bytes(), 3 * kBytes);
+}
+
+TEST(ExecutorPlan, MissingPrefetchIsADemandFetchWithCorrectData) {
+  Rig rig(0);
+  Executor& ex = rig.executor();
+  rig.add(7, kBytes);
+  ex.set_plan(plan_of({offload(7, kBytes, plan::Tier::kSsd, 1)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  ex.before_op(1, {});
+  ex.drain();
+  ASSERT_EQ(ex.location(7), Location::kSsd);
+  const TensorId used[] = {7};
+  ex.before_op(2, used);
+  EXPECT_EQ(ex.location(7), Location::kDevice);
+  EXPECT_TRUE(rig.memory().intact(7));
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.demand_fetches, 1u);
+  ASSERT_EQ(stats.transfers.size(), 2u);
+  EXPECT_FALSE(stats.transfers[1].planned);
+  EXPECT_EQ(stats.transfers[1].direction, plan::Direction::kPrefetch);
+}
+
+TEST(ExecutorPlan, PassiveModeIgnoresThePlan) {
+  Rig rig(0);
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kHost, 0)}));
+  ex.begin_step();
+  ex.before_op(0, {});
+  EXPECT_EQ(ex.location(1), Location::kDevice);
+  EXPECT_EQ(ex.end_step().planned_offloads, 0u);
+}
+
+TEST(ExecutorPlan, ImpossibleMigrationsAreSkipped) {
+  Rig rig(0);
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  rig.add(2, kBytes);
+  const TensorId used[] = {2};
+  // Unknown tensor, prefetch of a resident one, offload of a tensor the operator uses.
+  ex.set_plan(
+      plan_of({offload(99, kBytes, plan::Tier::kHost, 0), prefetch(1, kBytes, plan::Tier::kHost, 0, 1),
+               offload(2, kBytes, plan::Tier::kHost, 0)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  ex.before_op(0, used);
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.skipped, 3u);
+  EXPECT_EQ(ex.location(1), Location::kDevice);
+  EXPECT_EQ(ex.location(2), Location::kDevice);
+}
+
+TEST(ExecutorPlan, BudgetHoldsWhenThePlanRunsShortOfMemory) {
+  Rig rig(kBytes);
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  ex.set_plan(
+      plan_of({offload(1, kBytes, plan::Tier::kHost, 0), prefetch(1, kBytes, plan::Tier::kHost, 1, 2)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  ex.before_op(0, {});
+  rig.add(2, kBytes);
+  const TensorId produced[] = {2};
+  ex.after_op(0, produced);  // waits for the planned offload instead of evicting
+  EXPECT_EQ(ex.location(1), Location::kHost);
+  EXPECT_EQ(ex.location(2), Location::kDevice);
+  ex.before_op(1, produced);  // no room for the prefetch while 2 is in use
+  EXPECT_EQ(ex.location(1), Location::kHost);
+  EXPECT_LE(ex.resident_bytes(), kBytes);
+  const TensorId used[] = {1};
+  ex.before_op(2, used);
+  EXPECT_EQ(ex.location(2), Location::kHost);
+  EXPECT_TRUE(rig.memory().intact(1));
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.skipped, 1u);
+  EXPECT_EQ(stats.evictions, 1u);
+  EXPECT_EQ(stats.demand_fetches, 1u);
+  EXPECT_EQ(stats.peak_resident, 2 * kBytes);  // the new output, before after_op could act
+  ex.fetch(produced);
+  EXPECT_TRUE(rig.memory().intact(2));
+}
+
+TEST(ExecutorPlan, OffloadFallsBackToTheOtherTierWhenFull) {
+  RigOptions options;
+  options.host_capacity = 0;
+  Rig rig(0, options);
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kHost, 0)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.before_op(0, {});
+  ex.drain();
+  EXPECT_EQ(ex.location(1), Location::kSsd);
+}
+
+// A slow SSD keeps the copy out in flight while the tensor is needed again.
+RigOptions slow_ssd() {
+  RigOptions options;
+  options.host_capacity = 0;
+  options.faults.delay = 30ms;
+  return options;
+}
+
+TEST(ExecutorPlan, UsingATensorWhileItIsOffloadedTakesItBack) {
+  Rig rig(0, slow_ssd());
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kSsd, 1)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  ex.before_op(1, {});
+  ASSERT_EQ(ex.location(1), Location::kOffloading);
+  const TensorId used[] = {1};
+  ex.before_op(2, used);
+  EXPECT_EQ(ex.location(1), Location::kDevice);
+  EXPECT_TRUE(rig.memory().intact(1));
+  EXPECT_EQ(rig.ssd_used(), 0u);
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.cancelled_offloads, 1u);
+  EXPECT_EQ(stats.demand_fetches, 0u);
+  EXPECT_GT(stats.stall_s, 0.0);
+  ASSERT_EQ(stats.stalls.size(), 1u);
+  EXPECT_EQ(stats.stalls[0].op, 2u);
+}
+
+TEST(ExecutorPlan, PrefetchOfATensorStillBeingOffloadedCancelsTheOffload) {
+  Rig rig(0, slow_ssd());
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  ex.set_plan(
+      plan_of({offload(1, kBytes, plan::Tier::kSsd, 1), prefetch(1, kBytes, plan::Tier::kSsd, 2, 3)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  ex.before_op(1, {});
+  ex.before_op(2, {});
+  EXPECT_EQ(ex.location(1), Location::kDevice);
+  EXPECT_TRUE(rig.memory().intact(1));
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.cancelled_offloads, 1u);
+  EXPECT_EQ(stats.planned_prefetches, 0u);
+}
+
+TEST(ExecutorPlan, TransfersCarryOnIntoTheNextStep) {
+  Rig rig(0, slow_ssd());
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kSsd, 1)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  ex.before_op(1, {});
+  const StepStats first = ex.end_step();
+  EXPECT_EQ(first.planned_offloads, 1u);
+  EXPECT_EQ(first.bytes_to_ssd, kBytes);
+  ex.begin_step();
+  ex.drain();
+  const StepStats second = ex.end_step();
+  EXPECT_EQ(second.step, first.step + 1);
+  EXPECT_EQ(ex.location(1), Location::kSsd);
+  ASSERT_EQ(second.transfers.size(), 1u);  // recorded when it was seen complete
+  EXPECT_EQ(second.peak_resident, kBytes);
+}
+
+TEST(ExecutorPlan, RemovingATensorWithATransferInFlightReleasesItsExtent) {
+  Rig rig(0, slow_ssd());
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  rig.add(2, kBytes);
+  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kSsd, 0)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.before_op(0, {});
+  ASSERT_EQ(ex.location(1), Location::kOffloading);
+  ex.remove_tensor(1);
+  ex.remove_tensor(42);
+  EXPECT_FALSE(ex.contains(1));
+  EXPECT_EQ(ex.tensor_count(), 1u);
+  EXPECT_EQ(ex.resident_bytes(), kBytes);
+  EXPECT_EQ(rig.ssd_used(), 0u);
+  EXPECT_THROW(ex.location(1), Error);
+}
+
+TEST(ExecutorPlan, AddingATrackedTensorTwiceIsRefused) {
+  Rig rig(0);
+  rig.add(1, kBytes);
+  try {
+    rig.executor().add_tensor(1, kBytes);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+  }
+}
+
+TEST(ExecutorPlan, DestructionWaitsForTransfersAndReleasesExtents) {
+  auto copier = io::make_host_copier();
+  testing::TempDir dir;
+  io::EngineConfig config;
+  config.ssd_paths = {dir.path()};
+  config.ssd_capacity_per_path = 1 * kMiB;
+  config.backend = io::BackendChoice::kPosix;
+  io::TierStore store(*copier, config);
+  testing::FakeMemory memory;
+  memory.add(1, kBytes);
+  memory.add(2, kBytes);
+  {
+    Executor ex(store, memory, {});
+    ex.add_tensor(1, kBytes);
+    ex.add_tensor(2, kBytes);
+    ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kSsd, 0), offload(2, kBytes, plan::Tier::kSsd, 0)}));
+    ex.set_mode(Mode::kPlanned);
+    ex.before_op(0, {});
+  }
+  EXPECT_EQ(store.report().paths.at(0).used, 0u);
+}
+
+}  // namespace
+}  // namespace teraio::runtime

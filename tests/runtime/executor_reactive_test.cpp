@@ -1,0 +1,160 @@
+// Reactive mode (profiling, no plan): the budget holds after every operator by evicting the
+// least recently used idle tensor, and what cannot be done is refused with the numbers.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime_test_support.hpp"
+
+namespace teraio::runtime {
+namespace {
+
+using testing::Rig;
+using testing::RigOptions;
+
+constexpr std::uint64_t kBytes = 16 * kKiB;
+
+bool mentions(const Error& e, std::uint64_t number) {
+  return std::string(e.what()).find(std::to_string(number)) != std::string::npos;
+}
+
+TEST(ExecutorReactive, EvictsLeastRecentlyUsedAndHoldsTheBudget) {
+  RigOptions options;
+  options.host_capacity = 2 * kBytes;  // the third eviction goes to the SSD
+  Rig rig(3 * kBytes, options);
+  Executor& ex = rig.executor();
+  ex.set_mode(Mode::kReactive);
+  ex.begin_step();
+  rig.add(1, kBytes);
+  rig.add(2, kBytes);
+  rig.add(3, kBytes);
+  const std::vector<std::vector<TensorId>> ops = {{1}, {4}, {2}, {5}, {1, 3}};
+  std::vector<TensorId> produced = {0, 4, 0, 5, 0};
+  for (OpIndex k = 0; k < ops.size(); ++k) {
+    ex.before_op(k, ops[k]);
+    EXPECT_LE(ex.resident_bytes(), ex.budget()) << "before operator " << k;
+    for (TensorId id : ops[k]) {
+      if (!ex.contains(id)) continue;  // an output, produced by the operator
+      EXPECT_TRUE(rig.memory().intact(id)) << "tensor " << id << " at " << k;
+    }
+    if (produced[k] != 0) rig.add(produced[k], kBytes);
+    ex.after_op(k, ops[k]);
+    EXPECT_LE(ex.resident_bytes(), ex.budget()) << "after operator " << k;
+    if (k == 1) {
+      // Use order so far: 2, 3, 1, 4: the oldest idle one, 2, went first.
+      EXPECT_EQ(ex.location(2), Location::kHost);
+      EXPECT_EQ(ex.location(3), Location::kDevice);
+    }
+  }
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.evictions, 5u);              // 2, 3, 1, then 4 and 2 to make room at op 4
+  EXPECT_EQ(stats.demand_fetches, 3u);         // 2 at op 2, 1 and 3 at op 4
+  EXPECT_LE(stats.peak_resident, 4 * kBytes);  // a new output lands before after_op can evict
+  EXPECT_GT(stats.bytes_to_ssd, 0u);
+  for (const TransferSpan& span : stats.transfers) EXPECT_FALSE(span.planned);
+  for (TensorId id : {1, 2, 3, 4, 5}) {
+    const TensorId one[] = {id};
+    ex.fetch(one);
+    EXPECT_TRUE(rig.memory().intact(id)) << "tensor " << id;
+    EXPECT_LE(ex.resident_bytes(), ex.budget());
+  }
+}
+
+TEST(ExecutorReactive, ManyTensorsStayFast) {
+  RigOptions options;
+  options.host_capacity = 16 * kMiB;
+  Rig rig(64 * 4096, options);
+  Executor& ex = rig.executor();
+  ex.set_mode(Mode::kReactive);
+  for (TensorId id = 1; id <= 3000; ++id) rig.add(id, 4096);
+  const TensorId used[] = {3000};
+  ex.before_op(0, used);
+  EXPECT_LE(ex.resident_bytes(), ex.budget());
+  EXPECT_EQ(ex.location(1), Location::kHost);
+  EXPECT_EQ(ex.location(3000), Location::kDevice);
+}
+
+TEST(ExecutorReactive, FetchAllRefusesWhatCannotFitBeforeMovingAnything) {
+  Rig rig(2 * kBytes);
+  Executor& ex = rig.executor();
+  ex.set_mode(Mode::kReactive);
+  for (TensorId id : {1, 2, 3}) rig.add(id, kBytes);
+  ex.after_op(0, {});
+  ASSERT_EQ(ex.location(1), Location::kHost);
+  try {
+    ex.fetch_all();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInfeasible);
+    EXPECT_TRUE(mentions(e, 3 * kBytes)) << e.what();
+    EXPECT_TRUE(mentions(e, 2 * kBytes)) << e.what();
+  }
+  EXPECT_EQ(ex.location(1), Location::kHost);
+  ex.remove_tensor(3);
+  ex.fetch_all();
+  EXPECT_TRUE(rig.memory().intact(1));
+  EXPECT_TRUE(rig.memory().intact(2));
+  EXPECT_EQ(ex.resident_bytes(), 2 * kBytes);
+}
+
+TEST(ExecutorReactive, BothTiersFullIsTierFullNamingTheBudget) {
+  RigOptions options;
+  options.host_capacity = 0;
+  options.ssd_capacity = 64 * kKiB;
+  Rig rig(64 * kKiB, options);
+  Executor& ex = rig.executor();
+  ex.set_mode(Mode::kReactive);
+  for (TensorId id : {1, 2, 3}) rig.add(id, 48 * kKiB);
+  try {
+    ex.after_op(0, {});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kTierFull);
+    EXPECT_TRUE(mentions(e, 64 * kKiB)) << e.what();
+  }
+  EXPECT_EQ(ex.location(1), Location::kSsd);
+  EXPECT_EQ(ex.location(2), Location::kDevice);
+  EXPECT_TRUE(rig.memory().intact(2));
+}
+
+TEST(ExecutorReactive, NothingIdleToEvictIsInfeasible) {
+  Rig rig(kBytes);
+  Executor& ex = rig.executor();
+  ex.set_mode(Mode::kReactive);
+  rig.add(1, kBytes);
+  rig.add(2, kBytes);
+  const TensorId used[] = {1, 2};
+  try {
+    ex.before_op(0, used);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInfeasible);
+    EXPECT_TRUE(mentions(e, 2 * kBytes)) << e.what();
+  }
+}
+
+TEST(ExecutorReactive, EmptyTensorsAreNotEvicted) {
+  Rig rig(kBytes);
+  Executor& ex = rig.executor();
+  ex.set_mode(Mode::kReactive);
+  rig.add(1, 0);
+  rig.add(2, kBytes);
+  rig.add(3, kBytes);
+  ex.after_op(0, {});
+  EXPECT_EQ(ex.location(1), Location::kDevice);
+  EXPECT_EQ(ex.location(2), Location::kHost);
+  EXPECT_EQ(ex.location(3), Location::kDevice);
+}
+
+TEST(ExecutorReactive, PassiveModeNeverEvicts) {
+  Rig rig(kBytes);
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  rig.add(2, kBytes);
+  ex.after_op(0, {});
+  EXPECT_EQ(ex.resident_bytes(), 2 * kBytes);
+}
+
+}  // namespace
+}  // namespace teraio::runtime

@@ -1,0 +1,139 @@
+// Shared helpers of the runtime tests: tensor memory over plain buffers (released memory is
+// really freed, so a use after release is caught by the sanitizers) and a small tier store.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "io/io_test_support.hpp"
+#include "teraio/core/error.hpp"
+#include "teraio/core/units.hpp"
+#include "teraio/io/tier_store.hpp"
+#include "teraio/runtime/executor.hpp"
+
+namespace teraio::runtime::testing {
+
+using teraio::testing::pattern;
+using teraio::testing::TempDir;
+
+// Each tensor starts filled with its own pattern; a fresh allocation is filled with junk so
+// that a fetch which does not deliver every byte is caught.
+class FakeMemory final : public TensorMemory {
+ public:
+  void add(TensorId id, std::size_t bytes) {
+    sizes_[id] = bytes;
+    buffers_[id] = std::make_unique<std::vector<std::byte>>(pattern(bytes, static_cast<std::uint32_t>(id)));
+  }
+  void* data(TensorId id) override {
+    auto& buffer = buffers_.at(id);
+    if (!buffer) ADD_FAILURE() << "data() of released tensor " << id;
+    return buffer ? buffer->data() : nullptr;
+  }
+  void before_copy_out(TensorId id) override { ++copy_outs_[id]; }
+  void release(TensorId id) override {
+    auto& buffer = buffers_.at(id);
+    if (!buffer) {
+      ADD_FAILURE() << "double release of tensor " << id;
+      return;
+    }
+    std::fill(buffer->begin(), buffer->end(), std::byte{0xDE});
+    buffer.reset();
+  }
+  void* reallocate(TensorId id) override {
+    auto& buffer = buffers_.at(id);
+    if (buffer) ADD_FAILURE() << "reallocate() of tensor " << id << " that still holds memory";
+    buffer = std::make_unique<std::vector<std::byte>>(sizes_.at(id), std::byte{0xCD});
+    return buffer->data();
+  }
+
+  bool holds(TensorId id) const { return buffers_.at(id) != nullptr; }
+  // Holds memory with exactly the tensor's original bytes.
+  bool intact(TensorId id) const {
+    const auto& buffer = buffers_.at(id);
+    return buffer && *buffer == pattern(sizes_.at(id), static_cast<std::uint32_t>(id));
+  }
+  int copy_outs(TensorId id) const {
+    auto found = copy_outs_.find(id);
+    return found == copy_outs_.end() ? 0 : found->second;
+  }
+
+ private:
+  std::map<TensorId, std::size_t> sizes_;
+  std::map<TensorId, std::unique_ptr<std::vector<std::byte>>> buffers_;
+  std::map<TensorId, int> copy_outs_;
+};
+
+struct RigOptions {
+  std::uint64_t host_capacity = 256 * kKiB;
+  std::uint64_t ssd_capacity = 1 * kMiB;
+  io::testing::FaultyBackend::Faults faults;
+};
+
+// A tier store over a temporary SSD directory (POSIX backend behind a fault injector), the
+// fake memory, and the executor on top.
+class Rig {
+ public:
+  explicit Rig(std::uint64_t budget, RigOptions options = {})
+      : copier_(io::make_host_copier()),
+        store_(*copier_, config(options)),
+        executor_(store_, memory_, {budget}) {}
+
+  io::TierStore& store() { return store_; }
+  FakeMemory& memory() { return memory_; }
+  Executor& executor() { return executor_; }
+
+  void add(TensorId id, std::uint64_t bytes) {
+    memory_.add(id, bytes);
+    executor_.add_tensor(id, bytes);
+  }
+  std::uint64_t host_used() const { return store_.report().host_used; }
+  std::uint64_t ssd_used() const { return store_.report().paths.at(0).used; }
+
+ private:
+  io::EngineConfig config(const RigOptions& options) {
+    io::EngineConfig c;
+    c.host_capacity = options.host_capacity;
+    c.ssd_paths = {dir_.path()};
+    c.ssd_capacity_per_path = options.ssd_capacity;
+    c.stripe_unit = 64 * kKiB;
+    c.chunk_bytes = 16 * kKiB;
+    c.bounce_pool_bytes = 64 * kKiB;
+    c.backend = io::BackendChoice::kPosix;
+    c.io_threads = 2;
+    c.transfer_threads = 2;
+    c.chunks_in_flight = 4;
+    const auto faults = options.faults;
+    c.wrap_backend = [faults](std::unique_ptr<io::IoBackend> real, const std::string&) {
+      return std::unique_ptr<io::IoBackend>(
+          std::make_unique<io::testing::FaultyBackend>(std::move(real), faults));
+    };
+    return c;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<io::DeviceCopier> copier_;
+  io::TierStore store_;
+  FakeMemory memory_;
+  Executor executor_;
+};
+
+inline plan::Migration offload(TensorId id, std::uint64_t bytes, plan::Tier tier, OpIndex at) {
+  return plan::Migration{id, bytes, plan::Direction::kOffload, tier, at, at, false};
+}
+inline plan::Migration prefetch(TensorId id, std::uint64_t bytes, plan::Tier tier, OpIndex at,
+                                OpIndex deadline) {
+  return plan::Migration{id, bytes, plan::Direction::kPrefetch, tier, at, deadline, false};
+}
+inline plan::Plan plan_of(std::vector<plan::Migration> migrations) {
+  plan::Plan p;
+  p.migrations = std::move(migrations);
+  p.feasible = true;
+  return p;
+}
+
+}  // namespace teraio::runtime::testing
