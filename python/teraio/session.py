@@ -29,6 +29,52 @@ def _device(value):
     return str(device)
 
 
+def _collect_tensors(objects):
+    tensors, seen = [], set()
+
+    def visit(obj):
+        if isinstance(obj, torch.Tensor):
+            if id(obj) not in seen:
+                seen.add(id(obj))
+                tensors.append(obj.detach())
+        elif isinstance(obj, torch.nn.Module):
+            for t in obj.parameters():
+                visit(t)
+            for t in obj.buffers():
+                visit(t)
+        elif isinstance(obj, torch.optim.Optimizer):
+            for state in obj.state.values():
+                visit(state)
+            for group in obj.param_groups:
+                visit(group["params"])
+        elif isinstance(obj, dict):
+            for value in obj.values():
+                visit(value)
+        elif isinstance(obj, (list, tuple, set)):
+            for value in obj:
+                visit(value)
+
+    visit(objects)
+    return tensors
+
+
+def _free_device_memory(device):
+    """Bytes the device can still give, or None when unknown."""
+    if device.startswith("cuda"):
+        index = torch.device(device).index or 0
+        free, _ = torch.cuda.mem_get_info(index)
+        cached = torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
+        return free + cached
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 class Report(dict):
     """What a session did: a dict (see README) whose str() is a human summary."""
 
@@ -134,9 +180,27 @@ class Session:
             self._native.set_migrations(list(self._plan_filter(self._native.migrations())))
 
     @contextlib.contextmanager
-    def resident(self):
-        """Every tracked tensor in device memory, for code that reads storage directly."""
-        self._native.enter_resident()
+    def resident(self, *objects):
+        """Tracked tensors back in device memory, for code that reads storage directly
+        (torch.save, .numpy(), data_ptr()).
+
+        With no arguments every tracked tensor comes back; otherwise only those of the given
+        tensors, modules (parameters and buffers), optimizers (state) and containers of them.
+        They may exceed the budget while inside (the budget governs steps); what cannot fit in
+        the device's free memory is refused before anything moves: bring back fewer at a time.
+        """
+        tensors = _collect_tensors(objects)
+        if objects and not tensors:
+            raise ValueError("resident(): no tensors in the given objects")
+        needed = self._native.offloaded_bytes(tensors)
+        free = _free_device_memory(self.device)
+        if free is not None and needed > free:
+            raise _native.Error(
+                f"resident(): {_native.format_bytes(needed)} would have to come back but only "
+                f"{_native.format_bytes(free)} is free on {self.device}; bring back fewer tensors at a time "
+                "(e.g. resident(model), then resident(optimizer))"
+            )
+        self._native.enter_resident(tensors)
         try:
             yield self
         finally:

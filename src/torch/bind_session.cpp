@@ -74,9 +74,30 @@ plan::Migration migration_from(const py::dict& d) {
   return m;
 }
 
+// Where the training code runs: a storage-engine failure inside an operator cannot raise
+// through PyTorch's callbacks, so the step's thread gets an asynchronous teraio.Error, raised at
+// its next Python statement; the step's end then raises the real error with its message.
+struct StepThread {
+  std::atomic<unsigned long> id{0};
+  std::atomic<bool> interrupted{false};
+  void interrupt() {
+    const unsigned long thread = id.load();
+    if (thread == 0 || interrupted.exchange(true)) return;
+    py::gil_scoped_acquire gil;
+    py::object error = py::module_::import("teraio._native").attr("Error");
+    PyThreadState_SetAsyncExc(thread, error.ptr());
+  }
+  // Withdraws an interrupt that has not fired yet (the step ended first).
+  void settle() {
+    const unsigned long thread = id.exchange(0);
+    if (thread != 0 && interrupted.exchange(false)) PyThreadState_SetAsyncExc(thread, nullptr);
+  }
+};
+
 // The native session plus what only the binding owns (the fault switch of the tests).
 struct NativeSession {
   std::shared_ptr<FaultSwitch> faults = std::make_shared<FaultSwitch>();
+  std::shared_ptr<StepThread> step_thread = std::make_shared<StepThread>();
   std::unique_ptr<Session> session;
 };
 
@@ -114,14 +135,21 @@ void bind_session(py::module_& m) {
       .def(py::init([](const py::dict& config) {
              auto native = std::make_unique<NativeSession>();
              auto c = config_from(config, native->faults);
+             c.on_failure = [thread = native->step_thread] { thread->interrupt(); };
              py::gil_scoped_release release;
              native->session = std::make_unique<Session>(std::move(c));
              return native;
            }),
            py::arg("config"))
-      .def("begin_step", [](NativeSession& s) { s.session->begin_step(); })
+      .def("begin_step",
+           [](NativeSession& s) {
+             s.session->begin_step();
+             s.step_thread->interrupted = false;
+             s.step_thread->id = PyThread_get_thread_ident();
+           })
       .def("end_step",
            [](NativeSession& s) {
+             s.step_thread->settle();
              StepRecord r;
              {
                py::gil_scoped_release release;
@@ -129,12 +157,24 @@ void bind_session(py::module_& m) {
              }
              return step_dict(r);
            })
-      .def("abort_step", [](NativeSession& s) { s.session->abort_step(); })
-      .def("enter_resident",
+      .def("abort_step",
            [](NativeSession& s) {
-             py::gil_scoped_release release;
-             s.session->enter_resident();
+             s.step_thread->settle();
+             s.session->abort_step();
            })
+      .def(
+          "enter_resident",
+          [](NativeSession& s, const std::vector<at::Tensor>& tensors) {
+            py::gil_scoped_release release;
+            return s.session->enter_resident(tensors);
+          },
+          py::arg("tensors"))
+      .def(
+          "offloaded_bytes",
+          [](NativeSession& s, const std::vector<at::Tensor>& tensors) {
+            return s.session->offloaded_bytes(tensors);
+          },
+          py::arg("tensors"))
       .def("exit_resident", [](NativeSession& s) { s.session->exit_resident(); })
       .def("close",
            [](NativeSession& s) {

@@ -83,6 +83,8 @@ Session::Session(SessionConfig config) : config_(std::move(config)), device_(par
   engine.ssd_paths = config_.ssd_paths;
   engine.ssd_capacity_per_path = config_.ssd_capacity;
   engine.rank = config_.rank;
+  // Pinning a large host tier takes seconds (pages are faulted in): done on a thread.
+  engine.pin_host_in_background = true;
   engine.wrap_backend = config_.wrap_backend;
   store_ = std::make_unique<io::TierStore>(*copier_, engine);
   memory_ = std::make_unique<StorageMemory>(table_, *copier_, device_);
@@ -152,7 +154,7 @@ void Session::begin_step() {
   in_step_ = true;
   op_counter_ = 0;
   births_previous_ = std::move(births_);
-  births_.clear();
+  births_ = Births{};
   diverged_ = false;
   if (phase_ == SessionPhase::kProfile) {
     recorder_.begin();
@@ -242,7 +244,9 @@ void Session::abort_step() {
     static_cast<void>(executor_->end_step());
   }
   step_index_++;
-  pending_error_ = nullptr;
+  // The step's own exception is what the program sees; when a storage-engine error caused it,
+  // that error is raised instead (Python chains the two).
+  if (pending_error_) std::rethrow_exception(std::exchange(pending_error_, nullptr));
 }
 
 void Session::make_plan() {
@@ -289,6 +293,8 @@ void Session::set_migrations(std::vector<plan::Migration> migrations) {
   }
   plan_op_names_.clear();
   for (const auto& op : trace_->ops) plan_op_names_.push_back(op.name);
+  plan_bytes_.clear();
+  for (const auto& tensor : trace_->tensors) plan_bytes_[tensor.id] = tensor.bytes;
   executor_->set_plan(plan_->plan);
 }
 
@@ -357,6 +363,15 @@ TensorId Session::identify(const c10::Storage& storage, const FirstSight& sight)
     id = (1ull << 63) | warmup_ids_++;
   } else {
     id = tensor_id_for(sight);
+    if (phase_ == SessionPhase::kPlanned && !diverged_) {
+      const auto profiled = plan_bytes_.find(id);
+      if (profiled == plan_bytes_.end()) {
+        diverge(cat("operator ", sight.op, " created a storage the profile did not have"));
+      } else if (profiled->second != storage.nbytes()) {
+        diverge(cat("operator ", sight.op, " created a storage of ", storage.nbytes(),
+                    " bytes, the profile had ", profiled->second, " (a different shape)"));
+      }
+    }
   }
   if (c10::StorageImpl* holder = table_.holder_of(id)) {
     if (table_.alive(id)) {
@@ -371,20 +386,26 @@ TensorId Session::identify(const c10::Storage& storage, const FirstSight& sight)
   table_.add(storage, id, step_index_);
   executor_->add_tensor(id, storage.nbytes());
   if (in_step_ && sight.output) {
-    if (births_.size() <= sight.op) births_.resize(sight.op + 1, 0);
-    births_[sight.op] += storage.nbytes();
+    if (births_.bytes.size() <= sight.op) births_.bytes.resize(sight.op + 1, 0);
+    births_.bytes[sight.op] += storage.nbytes();
+    largest_birth_ = std::max(largest_birth_, births_.bytes[sight.op]);
   }
   return id;
 }
 
 void Session::record_failure(std::exception_ptr error, const std::vector<TensorId>& used) {
-  if (!pending_error_) pending_error_ = error;
-  // RecordFunction swallows exceptions from callbacks and runs the operator anyway, so an
-  // operator whose storage could not be fetched must not find an empty data pointer: it gets
-  // scratch memory, its bytes stay valid in the tier, and the step ends with the error.
+  // RecordFunction swallows exceptions from callbacks and runs the operator anyway, and not
+  // every kernel checks for an empty data pointer. So a storage that could not be fetched gets
+  // zeroed scratch memory for this operator (its bytes stay valid in the tier, and the next
+  // fetch replaces the scratch), the training code is stopped at its next Python statement,
+  // and the step ends with this error.
   for (const TensorId id : used) {
-    if (c10::StorageImpl* impl = table_.find_id(id)) memory_->give_scratch(impl);
+    c10::StorageImpl* impl = table_.find_id(id);
+    if (impl != nullptr && table_.alive(id)) memory_->give_scratch(impl);
   }
+  if (pending_error_) return;
+  pending_error_ = error;
+  if (config_.on_failure) config_.on_failure();
 }
 
 void Session::count_op(const at::RecordFunction& fn, OpState& op, trace::Phase phase) {
@@ -393,6 +414,7 @@ void Session::count_op(const at::RecordFunction& fn, OpState& op, trace::Phase p
   op.nested = 0;
   op.used.clear();
   const char* name = fn.name();
+  births_.names.emplace_back(name != nullptr ? name : "?");
   if (phase_ == SessionPhase::kProfile) recorder_.add_op(name != nullptr ? name : "?", phase);
   if (phase_ == SessionPhase::kPlanned && !diverged_) {
     if (op.k >= plan_op_names_.size()) {
@@ -401,6 +423,14 @@ void Session::count_op(const at::RecordFunction& fn, OpState& op, trace::Phase p
       diverge(cat("operator ", op.k, " is ", name, ", the profile had ", plan_op_names_[op.k]));
     }
   }
+}
+
+std::uint64_t Session::expected_births(OpIndex k) const {
+  if (k < births_previous_.bytes.size() && k < births_previous_.names.size() && k < births_.names.size() &&
+      births_previous_.names[k] == births_.names[k]) {
+    return births_previous_.bytes[k];
+  }
+  return largest_birth_;
 }
 
 void Session::run_before_op(OpState& op) {
@@ -412,9 +442,7 @@ void Session::run_before_op(OpState& op) {
         if (executor_->contains(id) && !table_.alive(id)) executor_->remove_tensor(id);
       }
     }
-    const std::uint64_t incoming =
-        phase_ != SessionPhase::kWarmup && op.k < births_previous_.size() ? births_previous_[op.k] : 0;
-    executor_->before_op(op.k, op.used, incoming);
+    executor_->before_op(op.k, op.used, expected_births(op.k));
     for (const TensorId id : op.used) {
       c10::StorageImpl* impl = table_.find_id(id);
       if (impl != nullptr && impl->data_ptr().get() == nullptr && impl->nbytes() > 0) {
@@ -519,17 +547,52 @@ void Session::on_op_end(const at::RecordFunction& fn, OpState& op, int depth) {
   op.counted = false;
 }
 
-void Session::enter_resident() {
+std::vector<TensorId> Session::tracked_ids(const std::vector<at::Tensor>& tensors) {
+  std::vector<TensorId> ids;
+  if (tensors.empty()) {
+    table_.for_each([&](c10::StorageImpl*, TrackedStorage& entry) {
+      if (!entry.weak.expired()) ids.push_back(entry.id);
+    });
+    return ids;
+  }
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined() || !t.has_storage()) continue;
+    if (const TrackedStorage* entry = table_.find(t.storage().unsafeGetStorageImpl())) {
+      if (std::find(ids.begin(), ids.end(), entry->id) == ids.end()) ids.push_back(entry->id);
+    }
+  }
+  return ids;
+}
+
+std::uint64_t Session::offloaded_bytes(const std::vector<at::Tensor>& tensors) {
+  std::lock_guard lock(mutex_);
+  if (!observing_) return 0;
+  std::uint64_t bytes = 0;
+  for (const TensorId id : tracked_ids(tensors)) {
+    const runtime::Location where = executor_->location(id);
+    if (where == runtime::Location::kHost || where == runtime::Location::kSsd) {
+      if (c10::StorageImpl* impl = table_.find_id(id)) bytes += impl->nbytes();
+    }
+  }
+  return bytes;
+}
+
+std::uint64_t Session::enter_resident(const std::vector<at::Tensor>& tensors) {
   std::lock_guard lock(mutex_);
   if (in_step_) throw Error(ErrorKind::kInvalidArgument, "session.resident() inside session.step()");
-  if (resident_depth_++ > 0 || !observing_) return;
-  executor_->set_mode(runtime::Mode::kPassive);
+  if (phase_ == SessionPhase::kClosed) throw Error(ErrorKind::kShutdown, "the TeraIO session is closed");
+  ++resident_depth_;
+  if (!observing_) return 0;
+  const std::uint64_t bytes = offloaded_bytes(tensors);
   try {
-    executor_->fetch_all();
+    remove_dead();
+    executor_->set_mode(runtime::Mode::kPassive);
+    executor_->fetch(tracked_ids(tensors));
   } catch (...) {
     --resident_depth_;
     throw;
   }
+  return bytes;
 }
 
 void Session::exit_resident() {

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "op_timer.hpp"
@@ -46,6 +47,9 @@ struct SessionConfig {
   double ssd_read_bandwidth = 0;
   double ssd_write_bandwidth = 0;
   std::uint64_t probe_bytes = 64ull << 20;
+  // Called (from the failing operator's thread) when a storage-engine error first hits a step,
+  // so that the binding can stop the training code at its next Python statement.
+  std::function<void()> on_failure;
   // Test seam handed to the storage engine (fault injection).
   std::function<std::unique_ptr<io::IoBackend>(std::unique_ptr<io::IoBackend>, const std::string&)>
       wrap_backend;
@@ -74,9 +78,15 @@ class Session {
   void begin_step();
   // Ends the step; rethrows the first storage-engine error the step met.
   StepRecord end_step();
-  // The step's code raised: closes the step without planning from it.
+  // The step's code raised: closes the step without planning from it, and rethrows the
+  // storage-engine error that caused it, if one did.
   void abort_step();
-  void enter_resident();
+  // Brings the given tensors' storages (every tracked one when empty) back into device memory,
+  // above the budget if need be, and keeps the session from moving anything until
+  // exit_resident(). Returns the bytes it had to fetch.
+  std::uint64_t enter_resident(const std::vector<at::Tensor>& tensors);
+  // Bytes enter_resident(tensors) would fetch.
+  std::uint64_t offloaded_bytes(const std::vector<at::Tensor>& tensors);
   void exit_resident();
   void close();
 
@@ -111,6 +121,8 @@ class Session {
   void run_before_op(OpState& op);
   void record_failure(std::exception_ptr error, const std::vector<TensorId>& used);
   void remove_dead();
+  std::uint64_t expected_births(OpIndex k) const;
+  std::vector<TensorId> tracked_ids(const std::vector<at::Tensor>& tensors);
   void make_plan();
   void go_passive();
   void diverge(const std::string& why);
@@ -131,10 +143,18 @@ class Session {
   std::optional<plan::PlanResult> plan_;
   std::vector<std::vector<TensorId>> plan_ids_at_;  // tensors the plan migrates before op k
   std::vector<std::string> plan_op_names_;
+  std::unordered_map<TensorId, std::uint64_t> plan_bytes_;  // profiled size of each tensor
   // Bytes of storages each operator created in the previous step and in this one: the room
   // an operator needs for its outputs is made before it runs, so the budget holds throughout.
-  std::vector<std::uint64_t> births_previous_;
-  std::vector<std::uint64_t> births_;
+  // When the previous step's operator at this position was another one (the warm-up's
+  // optimizer creates its state), the largest birth seen so far is reserved instead.
+  struct Births {
+    std::vector<std::uint64_t> bytes;
+    std::vector<std::string> names;
+  };
+  Births births_previous_;
+  Births births_;
+  std::uint64_t largest_birth_ = 0;
 
   mutable std::recursive_mutex mutex_;
   SessionPhase phase_ = SessionPhase::kWarmup;

@@ -1,11 +1,15 @@
 #include "storage_memory.hpp"
 
+#include <cstring>
+
 #include "teraio/core/error.hpp"
 #include "teraio/core/strings.hpp"
 
 #ifdef TERAIO_TORCH_CUDA
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #endif
 
 namespace teraio::torch_binding {
@@ -79,8 +83,17 @@ void StorageMemory::unpin_settled(const runtime::Executor& executor) {
 }
 
 void StorageMemory::give_scratch(c10::StorageImpl* impl) {
-  if (impl->data_ptr().get() == nullptr && impl->nbytes() > 0)
-    impl->set_data_ptr_noswap(allocate_on(impl, device_));
+  if (impl->data_ptr().get() != nullptr || impl->nbytes() == 0) return;
+  impl->set_data_ptr_noswap(allocate_on(impl, device_));
+#ifdef TERAIO_TORCH_CUDA
+  if (device_.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(device_);
+    C10_CUDA_CHECK(cudaMemsetAsync(impl->data_ptr().get(), 0, impl->nbytes(),
+                                   c10::cuda::getCurrentCUDAStream(device_.index()).stream()));
+    return;
+  }
+#endif
+  std::memset(impl->data_ptr().get(), 0, impl->nbytes());
 }
 
 }  // namespace teraio::torch_binding

@@ -28,7 +28,8 @@ class StorageMemory final : public runtime::TensorMemory {
 
   // Drops the strong references of storages whose transfers have settled.
   void unpin_settled(const runtime::Executor& executor);
-  // Gives a storage that must be usable now (its fetch failed) scratch memory of its size.
+  // A storage whose fetch failed gets zeroed scratch memory of its size, so that the operator
+  // about to run cannot dereference an empty pointer; its bytes stay valid in the tier.
   void give_scratch(c10::StorageImpl* impl);
 
  private:

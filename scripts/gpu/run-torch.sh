@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The PyTorch runtime and safetensors on the GPU machine (H100, torch 2.11 CUDA, no registry):
+# builds teraio._native against that torch with the carried .deps (scripts/gpu/stage-deps.sh),
+# runs the runtime's C++ tests, the Python tests (CPU and CUDA), the demo on CUDA, a
+# transformers Llama under half its footprint (exactness, overhead when it fits) and the
+# safetensors loading benchmark. Results under $OUT (default ./out).
+#   bash scripts/gpu/run-torch.sh                   everything (about 8 minutes)
+#   TERAIO_GPU_PARTS="tests demo" bash scripts/gpu/run-torch.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-$PWD/out}
+mkdir -p "$out"
+exec > >(tee "$out/run-torch.log") 2>&1
+build=${TERAIO_BUILD_DIR:-build/gpu}
+parts=${TERAIO_GPU_PARTS:-"tests demo llama safetensors"}
+scratch=${TERAIO_SCRATCH:-/var/tmp/teraio}
+mkdir -p "$scratch"
+export CUFILE_LOGFILE_PATH=${CUFILE_LOGFILE_PATH:-$out/cufile.log}
+python=$(command -v python3)
+status=0
+step() { printf '\n=== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
+fail() { echo "run-torch: FAILED: $*"; status=1; }
+has() { [[ " $parts " == *" $1 "* ]]; }
+
+step "machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+"$python" -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, sys.executable)"
+
+step "configure and build (torch binding with CUDA)"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERAIO_WITH_CUDA=ON -DTERAIO_WITH_TORCH=ON \
+  -DTERAIO_BUILD_BENCHMARKS=OFF -DTERAIO_WERROR=OFF -DPython3_EXECUTABLE="$python" | tail -n 14 || { fail configure; exit 1; }
+ninja -C "$build" -j "$(nproc)" teraio teraio_torch_native teraio_runtime_tests || { fail build; exit 1; }
+
+if has tests; then
+  step "runtime C++ tests"
+  "$build/tests/runtime/teraio_runtime_tests" --gtest_brief=1 || fail "runtime tests"
+  step "Python tests (CPU and CUDA)"
+  PYTHONPATH=python "$python" -m pytest -q -p no:cacheprovider tests/python -x --junitxml="$out/pytest.xml" || fail "python tests"
+fi
+if has demo; then
+  step "teraio demo --device cuda"
+  PYTHONPATH=python "$python" -m teraio demo --device cuda --out "$out/demo" --ssd "$scratch/demo-swap" || fail demo
+fi
+if has llama; then
+  step "transformers Llama: exactness under half the footprint, overhead when it fits"
+  PYTHONPATH=python "$python" bench/train_llama.py --ssd "$scratch/llama-swap" --json "$out/llama.json" || fail llama
+fi
+if has safetensors; then
+  step "safetensors loading benchmark"
+  PYTHONPATH=python "$python" bench/load_safetensors.py --device cuda --dir "$scratch/st-bench" \
+    --size "${TERAIO_ST_SIZE:-16GiB}" --json "$out/load_safetensors.json" || fail safetensors
+fi
+step "done (status $status)"
+exit $status

@@ -1,0 +1,137 @@
+"""Storage-engine faults, divergence and misuse: clear errors, no hang, no lost tensor."""
+import pytest
+import torch
+
+import teraio
+
+
+def _model():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(128, 256), torch.nn.GELU(), torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 8)
+    )
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
+def _step(model, optimizer, x, y, session):
+    with session.step():
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return loss.detach().clone()
+
+
+def _data(n, batch=32):
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(batch, 128, generator=g), torch.randint(0, 8, (batch,), generator=g)) for _ in range(n)]
+
+
+def _session(tmp_path, budget, **kw):
+    return teraio.Session(gpu_budget=budget, ssd=[tmp_path], ssd_capacity="64MiB", device="cpu", **kw)
+
+
+def test_read_fault_ends_the_step_with_a_teraio_error_and_loses_nothing(tmp_path):
+    model, optimizer = _model()
+    data = _data(6)
+    session = _session(tmp_path, 1_200_000, _fault_injection=True)
+    for x, y in data[:4]:
+        _step(model, optimizer, x, y, session)
+    assert session.phase == "planned"
+    with session.resident():
+        before = [p.detach().clone() for p in model.parameters()]
+    session._set_faults(reads=True)
+    with pytest.raises(teraio.Error) as failure:
+        _step(model, optimizer, *data[4], session)
+    assert failure.value.kind == "I/O error"
+    session._set_faults(reads=False)
+    # The optimizer never ran: every parameter comes back with the bytes it had.
+    with session.resident():
+        after = [p.detach().clone() for p in model.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    optimizer.zero_grad()
+    _step(model, optimizer, *data[5], session)  # the session goes on working
+    session.close()
+
+
+def test_write_fault_keeps_the_tensor_resident_and_raises(tmp_path):
+    model, optimizer = _model()
+    data = _data(5)
+    session = _session(tmp_path, 1_200_000, _fault_injection=True)
+    for x, y in data[:3]:
+        _step(model, optimizer, x, y, session)
+    session._set_faults(writes=True)
+    with pytest.raises(teraio.Error) as failure:
+        for x, y in data[3:]:
+            _step(model, optimizer, x, y, session)
+    assert failure.value.kind == "I/O error"
+    session._set_faults(writes=False)
+    with session.resident():
+        assert all(torch.isfinite(p).all() for p in model.parameters())
+    session.close()
+
+
+def test_full_ssd_tier_raises_tier_full(tmp_path):
+    model, optimizer = _model()
+    session = teraio.Session(gpu_budget=1_200_000, ssd=[tmp_path], ssd_capacity="64KiB", device="cpu")
+    with pytest.raises(teraio.Error) as failure:
+        for x, y in _data(3):
+            _step(model, optimizer, x, y, session)
+    assert failure.value.kind in ("tier full", "infeasible")
+    session.close()
+
+
+def test_budget_below_any_plan_is_refused(tmp_path):
+    model, optimizer = _model()
+    session = _session(tmp_path, 64 << 10)
+    with pytest.raises(teraio.Error) as failure:
+        for x, y in _data(4):
+            _step(model, optimizer, x, y, session)
+    assert failure.value.kind in ("infeasible", "tier full")
+    assert "budget" in str(failure.value)
+    session.close()
+
+
+def test_divergent_step_runs_reactively_and_stays_exact(tmp_path):
+    def run(session):
+        model, optimizer = _model()
+        losses = []
+        for i, (x, y) in enumerate(_data(8)):
+            if i == 5:  # a different batch size: another operator sequence
+                x, y = x[:16], y[:16]
+            if session is None:
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                losses.append(loss.detach().clone())
+            else:
+                losses.append(_step(model, optimizer, x, y, session))
+        return losses, [p.detach().clone() for p in model.parameters()]
+
+    reference = run(None)
+    session = _session(tmp_path, 1_200_000)
+    result = run(session)
+    steps = session.report()["steps"]
+    assert any(s["diverged"] for s in steps), steps
+    assert all(torch.equal(a, b) for a, b in zip(reference[0], result[0]))
+    assert all(torch.equal(a, b) for a, b in zip(reference[1], result[1]))
+    session.close()
+
+
+def test_bad_arguments_are_refused(tmp_path):
+    with pytest.raises(ValueError):
+        teraio.Session(gpu_budget="lots", device="cpu")
+    with pytest.raises(teraio.Error):
+        teraio.Session(device="cpu", profile_steps=0)
+    with pytest.raises(teraio.Error):
+        teraio.Session(device="cpu", ssd=[tmp_path / "does-not-exist"], ssd_capacity="1MiB")
+    session = teraio.Session(device="cpu")
+    with pytest.raises(teraio.Error):
+        with session.step():
+            with session.step():
+                pass
+    session.close()
+    with pytest.raises(teraio.Error):
+        with session.step():
+            pass
