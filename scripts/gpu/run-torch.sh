@@ -17,6 +17,8 @@ scratch=${TERAIO_SCRATCH:-/var/tmp/teraio}
 mkdir -p "$scratch"
 export CUFILE_LOGFILE_PATH=${CUFILE_LOGFILE_PATH:-$out/cufile.log}
 python=$(command -v python3)
+pypath=python
+"$python" -c "import pytest" 2>/dev/null || pypath=python:.deps/pypath
 status=0
 step() { printf '\n=== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)"; }
 fail() { echo "run-torch: FAILED: $*"; status=1; }
@@ -27,7 +29,14 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
 "$python" -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, sys.executable)"
 
 step "configure and build (torch binding with CUDA)"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERAIO_WITH_CUDA=ON -DTERAIO_WITH_TORCH=ON \
+# The machine's default g++ is a wrapper whose builds carry their own copies of libstdc++'s
+# stream symbols; inside a Python module loaded next to torch they crash on the first
+# formatted number. The distribution's g++-13 links against the shared libstdc++ as it should.
+compilers=()
+if [ -x /usr/bin/g++-13 ]; then
+  compilers=(-DCMAKE_C_COMPILER=/usr/bin/gcc-13 -DCMAKE_CXX_COMPILER=/usr/bin/g++-13 -DCMAKE_CUDA_HOST_COMPILER=/usr/bin/g++-13)
+fi
+cmake -S . -B "$build" -G Ninja "${compilers[@]}" -DCMAKE_BUILD_TYPE=Release -DTERAIO_WITH_CUDA=ON -DTERAIO_WITH_TORCH=ON \
   -DTERAIO_BUILD_BENCHMARKS=OFF -DTERAIO_WERROR=OFF -DPython3_EXECUTABLE="$python" | tail -n 14 || { fail configure; exit 1; }
 ninja -C "$build" -j "$(nproc)" teraio teraio_torch_native teraio_runtime_tests || { fail build; exit 1; }
 
@@ -35,7 +44,7 @@ if has tests; then
   step "runtime C++ tests"
   "$build/tests/runtime/teraio_runtime_tests" --gtest_brief=1 || fail "runtime tests"
   step "Python tests (CPU and CUDA)"
-  PYTHONPATH=python "$python" -m pytest -q -p no:cacheprovider tests/python -x --junitxml="$out/pytest.xml" || fail "python tests"
+  PYTHONPATH=$pypath "$python" -m pytest -q -p no:cacheprovider tests/python -x --junitxml="$out/pytest.xml" || fail "python tests"
 fi
 if has demo; then
   step "teraio demo --device cuda"

@@ -12,4 +12,10 @@ if [ ! -f .deps/liburing/usr/include/liburing.h ]; then
   (mkdir -p .deps/debs && cd .deps/debs && apt-get download liburing-dev liburing2 >/dev/null)
   for deb in .deps/debs/liburing*.deb; do dpkg -x "$deb" .deps/liburing; done
 fi
+# Debian's pytest (pure Python) for machines whose Python has none: used only when the
+# machine's own interpreter cannot import pytest (scripts/gpu/run-torch.sh).
+mkdir -p .deps/pypath
+for pkg in pytest _pytest pluggy iniconfig py py.py packaging; do
+  rm -rf ".deps/pypath/$pkg" && cp -r "/usr/lib/python3/dist-packages/$pkg" .deps/pypath/
+done
 du -sh .deps

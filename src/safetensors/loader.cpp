@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <optional>
 
@@ -87,8 +88,8 @@ std::string cufile_refusal(const io::DeviceCopier& copier, const LoadOptions& op
 }
 
 // cuFile straight into device memory; false (with the reason) when the file cannot be registered.
-bool read_with_cufile(const std::string& path, const Header& header, std::byte* destination,
-                      std::string& reason) {
+bool read_with_cufile(const std::string& path, std::uint64_t file_offset, std::uint64_t length,
+                      std::byte* destination, std::string& reason) {
   FileDescriptor fd(path, O_DIRECT);
   if (!fd) {
     reason = cat("cannot open with O_DIRECT for cuFile: ", std::strerror(errno));
@@ -101,12 +102,13 @@ bool read_with_cufile(const std::string& path, const Header& header, std::byte* 
     reason = cat("cuFile registration failed: ", e.what());
     return false;
   }
-  handle->read(destination, header.data_bytes, header.data_offset);
+  handle->read(destination, length, file_offset);
   return true;
 }
 
-void read_with_backend(const std::string& path, const Header& header, io::DeviceCopier& copier,
-                       const LoadOptions& options, bool direct, std::byte* destination, LoadStats& stats) {
+void read_with_backend(const std::string& path, std::uint64_t file_offset, std::uint64_t length,
+                       io::DeviceCopier& copier, const LoadOptions& options, bool direct,
+                       std::byte* destination, LoadStats& stats) {
   FileDescriptor fd(path, direct ? O_DIRECT : 0);
   if (!fd) throw_errno(errno, "cannot open ", path, direct ? " with O_DIRECT" : "");
   const std::unique_ptr<io::IoBackend> backend = make_backend(fd.get(), options, stats.backend);
@@ -114,8 +116,8 @@ void read_with_backend(const std::string& path, const Header& header, io::Device
   read.backend = backend.get();
   read.copier = &copier;
   read.path = path;
-  read.file_offset = header.data_offset;
-  read.length = header.data_bytes;
+  read.file_offset = file_offset;
+  read.length = length;
   read.destination = destination;
   read.destination_is_device = options.destination == io::MemoryKind::kDevice;
   read.direct = direct;
@@ -202,22 +204,27 @@ std::byte* LoadedFile::tensor_data(std::string_view name) const {
   return buffer.data() == nullptr ? nullptr : buffer.data() + info->begin;
 }
 
-LoadedFile load_file(const std::string& path, io::DeviceCopier& copier, const LoadOptions& options) {
+LoadStats load_range(const std::string& path, const Header& header, std::uint64_t begin, std::uint64_t end,
+                     std::byte* destination, io::DeviceCopier& copier, const LoadOptions& options) {
   const auto started = std::chrono::steady_clock::now();
-  LoadedFile loaded;
-  loaded.path = path;
-  loaded.header = read_header(path);
-  const Header& header = loaded.header;
-  loaded.buffer = DataBuffer(copier, options.destination, static_cast<std::size_t>(header.data_bytes));
-  LoadStats& stats = loaded.stats;
-  stats.bytes = header.data_bytes;
+  if (begin > end || end > header.data_bytes) {
+    throw Error(ErrorKind::kInvalidArgument,
+                cat(path, ": range [", begin, ", ", end, ") is outside the data region of ",
+                    header.data_bytes, " bytes"));
+  }
+  const std::uint64_t length = end - begin;
+  if (length > 0 && destination == nullptr)
+    throw Error(ErrorKind::kInvalidArgument, cat(path, ": null destination for ", length, " bytes"));
+  const std::uint64_t file_offset = header.data_offset + begin;
+  LoadStats stats;
+  stats.bytes = length;
 
   IoMode mode = options.io_mode;
   if (mode == IoMode::kAuto || mode == IoMode::kCuFile) {
     const std::string refusal = cufile_refusal(copier, options);
-    if (refusal.empty() && header.data_bytes > 0) {
+    if (refusal.empty() && length > 0) {
       std::string reason;
-      if (read_with_cufile(path, header, loaded.buffer.data(), reason)) {
+      if (read_with_cufile(path, file_offset, length, destination, reason)) {
         stats.mode = stats.backend = "cufile";
         stats.reason = "GPUDirect Storage is usable";
         mode = IoMode::kCuFile;
@@ -236,7 +243,7 @@ LoadedFile load_file(const std::string& path, io::DeviceCopier& copier, const Lo
   }
   if (mode == IoMode::kAuto) {
     FileDescriptor fd(path, 0);
-    const auto share = fd ? cached_share(fd.get(), header.data_offset, header.data_bytes) : std::nullopt;
+    const auto share = fd ? cached_share(fd.get(), file_offset, length) : std::nullopt;
     if (share && *share >= options.cached_threshold) {
       mode = IoMode::kBuffered;
       stats.reason += cat(static_cast<int>(*share * 100), "% of the data is in the page cache");
@@ -254,14 +261,47 @@ LoadedFile load_file(const std::string& path, io::DeviceCopier& copier, const Lo
   }
   if (mode == IoMode::kDirect || mode == IoMode::kBuffered) {
     stats.mode = std::string(to_string(mode));
-    read_with_backend(path, header, copier, options, mode == IoMode::kDirect, loaded.buffer.data(), stats);
+    read_with_backend(path, file_offset, length, copier, options, mode == IoMode::kDirect, destination,
+                      stats);
   }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  log::debug("safetensors: loaded ", path, " (", format_bytes(stats.bytes), ") by ", stats.mode, "/",
-             stats.backend, " at ",
-             format_bandwidth(static_cast<double>(stats.bytes) / std::max(stats.seconds, 1e-9)), ": ",
+  log::debug("safetensors: read ", path, " [", begin, ", ", end, ") (", format_bytes(length), ") by ",
+             stats.mode, "/", stats.backend, " at ",
+             format_bandwidth(static_cast<double>(length) / std::max(stats.seconds, 1e-9)), ": ",
              stats.reason);
+  return stats;
+}
+
+LoadedFile load_file(const std::string& path, io::DeviceCopier& copier, const LoadOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  LoadedFile loaded;
+  loaded.path = path;
+  loaded.header = read_header(path);
+  const Header& header = loaded.header;
+  loaded.buffer = DataBuffer(copier, options.destination, static_cast<std::size_t>(header.data_bytes));
+  loaded.stats = load_range(path, header, 0, header.data_bytes, loaded.buffer.data(), copier, options);
+  // The header read and the allocation are part of loading a file.
+  loaded.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return loaded;
+}
+
+CheckpointIndex resolve_checkpoint(const std::string& path) {
+  namespace fs = std::filesystem;
+  const auto one_shard = [](const fs::path& file) {
+    CheckpointIndex index;
+    index.path = file.string();
+    index.directory = file.parent_path().empty() ? std::string(".") : file.parent_path().string();
+    index.shards = {file.filename().string()};
+    return index;
+  };
+  if (fs::is_directory(path)) {
+    const fs::path index_path = fs::path(path) / "model.safetensors.index.json";
+    const fs::path single = fs::path(path) / "model.safetensors";
+    if (!fs::exists(index_path) && fs::exists(single)) return one_shard(single);
+    return parse_index(index_path.string());
+  }
+  if (fs::path(path).extension() == ".safetensors") return one_shard(fs::path(path));
+  return parse_index(path);
 }
 
 }  // namespace teraio::safetensors

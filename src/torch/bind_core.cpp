@@ -20,7 +20,11 @@ void bind_core(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
-      py::object instance = py::reinterpret_borrow<py::object>(error.ptr())(e.what());
+      // The message may quote bytes of a hostile file that are not UTF-8.
+      const std::string_view what = e.what();
+      py::object message = py::reinterpret_steal<py::object>(
+          PyUnicode_DecodeUTF8(what.data(), static_cast<Py_ssize_t>(what.size()), "replace"));
+      py::object instance = py::reinterpret_borrow<py::object>(error.ptr())(message);
       instance.attr("kind") = std::string(to_string(e.kind()));
       PyErr_SetObject(error.ptr(), instance.ptr());
     }

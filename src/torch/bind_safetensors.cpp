@@ -2,7 +2,6 @@
 // tensor that the caller allocated (so torch owns the memory: its CUDA caching allocator on the
 // GPU), and saves of torch tensors. Dtypes, views, sharding and torch.distributed live in
 // python/teraio/safetensors.py; this file only moves bytes, with the GIL released.
-#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -38,28 +37,59 @@ struct FileHeader {
   st::Header header;
 };
 
-// One CUDA copier per device, made on first use. The copiers are deliberately never destroyed:
-// their streams would otherwise be destroyed by static destructors after the CUDA runtime has
-// unloaded at interpreter exit. Their use is serialised, since a copier's streams and events
-// are not meant to be driven by two loads at once.
+// CUDA copiers, lent out one thread at a time (a copier's streams and events are not meant to
+// be driven by two loads at once) and kept for later loads, so that shards can be read in
+// parallel from several Python threads. They are deliberately never destroyed: their streams
+// would otherwise be destroyed by static destructors after the CUDA runtime has unloaded at
+// interpreter exit.
 class CudaCopiers {
  public:
+  class Lease {
+   public:
+    Lease(CudaCopiers& owner, int device, std::unique_ptr<io::DeviceCopier> copier)
+        : owner_(&owner), device_(device), copier_(std::move(copier)) {}
+    ~Lease() {
+      if (copier_) owner_->give_back(device_, std::move(copier_));
+    }
+    Lease(Lease&& other) noexcept = default;
+    Lease& operator=(Lease&&) = delete;
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    io::DeviceCopier& operator*() const { return *copier_; }
+    io::DeviceCopier* get() const { return copier_.get(); }
+
+   private:
+    CudaCopiers* owner_;
+    int device_;
+    std::unique_ptr<io::DeviceCopier> copier_;
+  };
+
   static CudaCopiers& instance() {
     static CudaCopiers* copiers = new CudaCopiers;
     return *copiers;
   }
-  io::DeviceCopier& get(int device) {
-    std::lock_guard lock(map_mutex_);
-    auto& copier = copiers_[device];
-    if (!copier) copier = io::make_cuda_copier(device);
-    return *copier;
+  // An idle copier of the device, or a new one when every one is lent out.
+  Lease lend(int device) {
+    {
+      std::lock_guard lock(mutex_);
+      auto& idle = idle_[device];
+      if (!idle.empty()) {
+        std::unique_ptr<io::DeviceCopier> copier = std::move(idle.back());
+        idle.pop_back();
+        return Lease(*this, device, std::move(copier));
+      }
+    }
+    return Lease(*this, device, io::make_cuda_copier(device));
   }
-  std::mutex& in_use() { return in_use_; }
 
  private:
-  std::mutex map_mutex_;
-  std::mutex in_use_;
-  std::map<int, std::unique_ptr<io::DeviceCopier>> copiers_;
+  void give_back(int device, std::unique_ptr<io::DeviceCopier> copier) {
+    std::lock_guard lock(mutex_);
+    idle_[device].push_back(std::move(copier));
+  }
+
+  std::mutex mutex_;
+  std::map<int, std::vector<std::unique_ptr<io::DeviceCopier>>> idle_;
 };
 
 void check_device(const at::Tensor& tensor, const std::string& what) {
@@ -109,11 +139,9 @@ py::dict read_range(const FileHeader& file, std::uint64_t begin, std::uint64_t e
       // queued on the current stream still read; cuFile and the copier's own streams are not
       // ordered after them, so they start once that work has finished.
       c10::cuda::getCurrentCUDAStream(destination.device().index()).synchronize();
-      CudaCopiers& copiers = CudaCopiers::instance();
-      io::DeviceCopier& copier = copiers.get(destination.device().index());
-      std::lock_guard lock(copiers.in_use());
+      const CudaCopiers::Lease copier = CudaCopiers::instance().lend(destination.device().index());
       options.destination = io::MemoryKind::kDevice;
-      stats = st::load_range(file.path, file.header, begin, end, data, copier, options);
+      stats = st::load_range(file.path, file.header, begin, end, data, *copier, options);
 #endif
     } else {
       const std::unique_ptr<io::DeviceCopier> copier = io::make_host_copier();
@@ -130,7 +158,7 @@ void save_file(const std::vector<std::tuple<std::string, std::string, at::Tensor
                const std::map<std::string, std::string>& metadata, const std::string& path, bool sync) {
   std::vector<st::TensorView> views;
   views.reserve(entries.size());
-  std::vector<int> cuda_devices;
+  std::map<int, CudaCopiers::Lease> copiers;  // one per CUDA device holding tensors
   for (const auto& [name, dtype_name, tensor] : entries) {
     const std::string what = cat(path, ": tensor \"", name, "\"");
     check_device(tensor, what);
@@ -150,28 +178,22 @@ void save_file(const std::vector<std::tuple<std::string, std::string, at::Tensor
     if (tensor.is_cuda()) {
       view.memory = io::MemoryKind::kDevice;
       const int device = tensor.device().index();
-      view.copier = &CudaCopiers::instance().get(device);
-      if (std::find(cuda_devices.begin(), cuda_devices.end(), device) == cuda_devices.end())
-        cuda_devices.push_back(device);
+      if (!copiers.contains(device)) copiers.emplace(device, CudaCopiers::instance().lend(device));
+      view.copier = copiers.at(device).get();
     }
     views.push_back(std::move(view));
   }
   st::SaveOptions options;
   options.sync = sync;
   py::gil_scoped_release no_gil;
-  if (cuda_devices.empty()) {
-    st::save_file(views, metadata, path, options);
-    return;
-  }
 #ifdef TERAIO_TORCH_CUDA
-  CudaCopiers& copiers = CudaCopiers::instance();
-  std::lock_guard lock(copiers.in_use());
   // The copies out start after the kernels already queued on torch's current streams, which
   // may still be producing the tensors (or their contiguous copies).
-  for (const int device : cuda_devices)
-    copiers.get(device).wait_for_stream(c10::cuda::getCurrentCUDAStream(device).stream());
-  st::save_file(views, metadata, path, options);
+  for (const auto& [device, copier] : copiers)
+    (*copier).wait_for_stream(
+        c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
 #endif
+  st::save_file(views, metadata, path, options);
 }
 
 py::dict index_dict(const st::CheckpointIndex& index) {

@@ -89,6 +89,14 @@ struct LoadedFile {
 
 LoadedFile load_file(const std::string& path, io::DeviceCopier& copier, const LoadOptions& options = {});
 
+// Reads bytes [begin, end) of the data region of a file whose header was read already (by
+// read_header) into a destination the caller owns: end - begin bytes of memory of kind
+// options.destination (device memory may come from any allocator, e.g. PyTorch's). The read
+// paths and the choice among them are load_file's; it returns once every byte has arrived.
+// Throws Error{kInvalidArgument} for a range outside the data region or a null destination.
+LoadStats load_range(const std::string& path, const Header& header, std::uint64_t begin, std::uint64_t end,
+                     std::byte* destination, io::DeviceCopier& copier, const LoadOptions& options = {});
+
 // model.safetensors.index.json: which shard holds each tensor.
 struct CheckpointIndex {
   std::string path;       // the index file
@@ -109,6 +117,12 @@ struct LoadedCheckpoint {
   // (shard, tensor) of a mapped tensor, or nullopt-like {nullptr, nullptr}.
   std::pair<const LoadedFile*, const TensorInfo*> find(std::string_view name) const;
 };
+
+// What load_index would load, without loading it: the index of an index file, of a directory
+// holding model.safetensors.index.json, or a one-shard index for a directory holding
+// model.safetensors or for a .safetensors path (then weight_map is empty: the shard's header
+// says which tensors it holds).
+CheckpointIndex resolve_checkpoint(const std::string& path);
 
 // Loads an index file, a directory holding model.safetensors.index.json or model.safetensors,
 // or a single .safetensors file. Every tensor the index maps must exist in its shard
