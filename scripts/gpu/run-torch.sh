@@ -48,7 +48,8 @@ if has tests; then
 fi
 if has demo; then
   step "teraio demo --device cuda"
-  PYTHONPATH=python "$python" -m teraio demo --device cuda --out "$out/demo" --ssd "$scratch/demo-swap" || fail demo
+  PYTHONPATH=python "$python" -m teraio demo --device cuda --out "$scratch/demo" --ssd "$scratch/demo-swap" || fail demo
+  cp "$scratch/demo/report.json" "$out/demo-report.json" 2>/dev/null || true
 fi
 if has llama; then
   step "transformers Llama: exactness under half the footprint, overhead when it fits"

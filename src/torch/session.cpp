@@ -414,6 +414,7 @@ void Session::count_op(const at::RecordFunction& fn, OpState& op, trace::Phase p
   op.nested = 0;
   op.used.clear();
   const char* name = fn.name();
+  op.name = name;
   births_.names.emplace_back(name != nullptr ? name : "?");
   if (phase_ == SessionPhase::kProfile) recorder_.add_op(name != nullptr ? name : "?", phase);
   if (phase_ == SessionPhase::kPlanned && !diverged_) {
@@ -431,6 +432,28 @@ std::uint64_t Session::expected_births(OpIndex k) const {
     return births_previous_.bytes[k];
   }
   return largest_birth_;
+}
+
+std::exception_ptr Session::explain_failure(const Error& error, const OpState& op) {
+  if (error.kind() != ErrorKind::kInfeasible && error.kind() != ErrorKind::kTierFull) {
+    return std::make_exception_ptr(error);
+  }
+  std::uint64_t working_set = 0;
+  for (const TensorId id : op.used) {
+    if (c10::StorageImpl* impl = table_.find_id(id)) working_set += impl->nbytes();
+  }
+  if (config_.gpu_budget == 0 || working_set <= config_.gpu_budget) return std::make_exception_ptr(error);
+  const std::string name = op.name != nullptr ? op.name : "?";
+  std::string hint;
+  if (name.rfind("aten::_foreach", 0) == 0 || name.rfind("aten::_fused", 0) == 0) {
+    hint =
+        " A foreach or fused optimizer updates every parameter in one operator: create it with foreach=False "
+        "(and fused=False) so that its step streams parameter by parameter.";
+  }
+  return std::make_exception_ptr(Error(
+      ErrorKind::kInfeasible, cat("gpu_budget ", format_bytes(config_.gpu_budget), " is below what operator ",
+                                  op.k, " (", name, ") uses at once: ", format_bytes(working_set),
+                                  "; no plan can run it.", hint, " (", error.what(), ")")));
 }
 
 void Session::run_before_op(OpState& op) {
@@ -451,6 +474,8 @@ void Session::run_before_op(OpState& op) {
                         runtime::to_string(executor_->location(id)), ")"));
       }
     }
+  } catch (const Error& e) {
+    record_failure(explain_failure(e, op), op.used);
   } catch (...) {
     record_failure(std::current_exception(), op.used);
   }

@@ -24,6 +24,7 @@
 #include "profile_recorder.hpp"
 #include "storage_memory.hpp"
 #include "storage_table.hpp"
+#include "teraio/core/error.hpp"
 #include "teraio/io/tier_store.hpp"
 #include "teraio/plan/planner.hpp"
 #include "teraio/runtime/executor.hpp"
@@ -108,6 +109,7 @@ class Session {
     OpIndex k = 0;
     std::uint32_t nested = 0;
     std::vector<TensorId> used;
+    const char* name = nullptr;
     double start_s = 0;
   };
   void on_op_start(const at::RecordFunction& fn, OpState& op, int depth, trace::Phase phase);
@@ -120,6 +122,8 @@ class Session {
   void count_op(const at::RecordFunction& fn, OpState& op, trace::Phase phase);
   void run_before_op(OpState& op);
   void record_failure(std::exception_ptr error, const std::vector<TensorId>& used);
+  // A budget error at an operator whose own tensors exceed the budget, said as such.
+  std::exception_ptr explain_failure(const Error& error, const OpState& op);
   void remove_dead();
   std::uint64_t expected_births(OpIndex k) const;
   std::vector<TensorId> tracked_ids(const std::vector<at::Tensor>& tensors);

@@ -70,6 +70,11 @@ void* StorageMemory::reallocate(TensorId id) {
   c10::StorageImpl* impl = storage(id);
   pin(id, impl);
   impl->set_data_ptr_noswap(allocate_on(impl, device_));
+#ifdef TERAIO_TORCH_CUDA
+  // The caching allocator hands out blocks whose last users may still be queued on the
+  // compute stream; the copy in runs on the engine's stream, so it must wait for them.
+  if (device_.is_cuda()) copier_.wait_for_stream(c10::cuda::getCurrentCUDAStream(device_.index()).stream());
+#endif
   return impl->data_ptr().get();
 }
 

@@ -56,14 +56,18 @@ def test_read_fault_ends_the_step_with_a_teraio_error_and_loses_nothing(tmp_path
 
 def test_write_fault_keeps_the_tensor_resident_and_raises(tmp_path):
     model, optimizer = _model()
-    data = _data(5)
+    data = _data(6)
     session = _session(tmp_path, 1_200_000, _fault_injection=True)
     for x, y in data[:3]:
         _step(model, optimizer, x, y, session)
     session._set_faults(writes=True)
+    # Offloads run behind the computation: the failure surfaces at the next point where the
+    # session waits for it, in this step, a later one, or resident().
     with pytest.raises(teraio.Error) as failure:
         for x, y in data[3:]:
             _step(model, optimizer, x, y, session)
+        with session.resident():
+            pass
     assert failure.value.kind == "I/O error"
     session._set_faults(writes=False)
     with session.resident():

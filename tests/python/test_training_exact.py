@@ -1,0 +1,336 @@
+"""Invariant 1 of DESIGN.md: training under a TeraIO session that offloads about half of the
+footprint gives bit-identical losses, parameters and optimizer state to the same training
+without TeraIO. Also: the budget holds, wrong plans cost only demand fetches, a budget no plan
+can reach is refused, and a checkpoint taken mid-training resumes exactly in a fresh process.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Callable
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import teraio
+from teraio.models import GPT, GPTConfig, make_batch
+
+STEPS = 8
+WARMUP_STEPS = 1
+PROFILE_STEPS = 2
+BUDGET_FRACTION = 0.5
+# The test models' operators take microseconds, so at the probed bandwidths no plan could hide
+# a transfer and reactive eviction would do all the work; bandwidths this high make the
+# planner plan every migration, and the executor's waits keep it exact.
+FAST = {key: 1e12 for key in ("d2h", "h2d", "ssd_read", "ssd_write")}
+CONFIG = GPTConfig(vocab=64, d_model=64, layers=2, heads=2, seq=16, batch=4, tie_weights=False)
+
+
+class ViewsModel(nn.Module):
+    """In-place operators and views of one storage, the cases where a storage-level offload
+    could go wrong: narrow and slicing of one output, transpose, view, cat, add_, mul_,
+    masked_fill_, and a persistent buffer updated in place every step."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        d = config.d_model
+        self.embed = nn.Embedding(config.vocab, d)
+        self.up = nn.Linear(d, 2 * d)
+        self.down = nn.Linear(2 * d, d)
+        self.head = nn.Linear(d, config.vocab)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("future", torch.ones(config.seq, config.seq, dtype=torch.bool).triu(1))
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.calls.add_(1)
+        b, t = tokens.shape
+        d = self.config.d_model
+        x = self.embed(tokens)
+        h = self.up(x)
+        gate, value = h.narrow(2, 0, d), h[:, :, d:]
+        z = torch.cat([torch.tanh(gate), torch.sigmoid(value)], dim=2).mul_(0.5)
+        scores = torch.matmul(x, x.transpose(1, 2))
+        scores.masked_fill_(self.future[:t, :t], float("-inf"))
+        mixed = torch.matmul(torch.softmax(scores, dim=-1), x)
+        y = self.down(z)
+        y.add_(mixed)
+        logits = self.head(y.view(b * t, d))
+        return F.cross_entropy(logits, targets.reshape(-1))
+
+
+def gpt() -> nn.Module:
+    return GPT(CONFIG)
+
+
+def gpt_tied() -> nn.Module:
+    return GPT(dataclasses.replace(CONFIG, tie_weights=True))
+
+
+def views_model() -> nn.Module:
+    return ViewsModel(CONFIG)
+
+
+def adamw(params) -> torch.optim.Optimizer:
+    # foreach=False (the CUDA default is True): one operator per parameter, so the step streams.
+    return torch.optim.AdamW(params, lr=1e-2, foreach=False)
+
+
+def sgd_momentum(params) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9, foreach=False)
+
+
+@dataclasses.dataclass
+class Run:
+    losses: list[torch.Tensor]               # one per micro-batch, on the CPU
+    params: dict[str, torch.Tensor]          # parameters and buffers after the last step, on the CPU
+    optimizer_state: dict[str, torch.Tensor]
+    report: dict | None                      # session.report().to_dict() when run under a session
+
+
+def batches(config: GPTConfig, count: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(seed + 1000)
+    return [make_batch(generator, config.batch, config.seq, config.vocab) for _ in range(count)]
+
+
+def train(build_model: Callable[[], nn.Module], build_optimizer: Callable, steps: int, device: str,
+          session_kwargs: dict | None = None, accumulate: int = 1, seed: int = 0) -> Run:
+    """Trains from seed for `steps` optimizer steps of `accumulate` micro-batches each; with
+    session_kwargs every step runs inside `with session.step():` of a session created after
+    the model and optimizer, as a user adding TeraIO to a script would."""
+    torch.manual_seed(seed)
+    model = build_model().to(device)
+    optimizer = build_optimizer(model.parameters())
+    data = batches(model.config, steps * accumulate, seed)
+    session = None if session_kwargs is None else teraio.Session(device=device, **session_kwargs)
+    try:
+        losses = []
+        for step in range(steps):
+            with session.step() if session is not None else contextlib.nullcontext():
+                losses += train_step(model, optimizer, data[step * accumulate:(step + 1) * accumulate], device)
+        # Copies are operators: outside a step, offloaded tensors are fetched on demand.
+        params, state = snapshot_params(model), snapshot_optimizer(optimizer)
+        return Run(losses, params, state, None if session is None else session.report().to_dict())
+    finally:
+        if session is not None:
+            session.close()
+
+
+def train_step(model, optimizer, micro_batches, device) -> list[torch.Tensor]:
+    losses = []
+    for tokens, targets in micro_batches:
+        loss = model(tokens.to(device), targets.to(device))
+        (loss / len(micro_batches)).backward()
+        losses.append(loss.detach().to("cpu", copy=True))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return losses
+
+
+def snapshot_params(model: nn.Module) -> dict[str, torch.Tensor]:
+    tensors = dict(model.named_parameters())
+    tensors.update(model.named_buffers())
+    return {name: t.detach().to("cpu", copy=True) for name, t in tensors.items()}
+
+
+def snapshot_optimizer(optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    return {f"{index}.{key}": value.detach().to("cpu", copy=True)
+            for index, state in optimizer.state_dict()["state"].items()
+            for key, value in state.items() if isinstance(value, torch.Tensor)}
+
+
+@functools.lru_cache(maxsize=None)
+def reference(build_model, build_optimizer, device: str, accumulate: int = 1, steps: int = STEPS) -> Run:
+    return train(build_model, build_optimizer, steps, device, accumulate=accumulate)
+
+
+@functools.lru_cache(maxsize=None)
+def footprint(build_model, build_optimizer, device: str, accumulate: int = 1) -> int:
+    """Peak tracked memory without migrations, from a throwaway session without a budget."""
+    run = train(build_model, build_optimizer, WARMUP_STEPS + PROFILE_STEPS, device,
+                session_kwargs=dict(gpu_budget=None, host_budget=0, ssd=[], warmup_steps=WARMUP_STEPS,
+                                    profile_steps=PROFILE_STEPS),
+                accumulate=accumulate)
+    value = run.report["footprint_bytes"]
+    assert value > 0, f"footprint_bytes {value} from {run.report}"
+    return value
+
+
+def budget_kwargs(build_model, build_optimizer, device: str, swap_dir: pathlib.Path, accumulate: int = 1,
+                  **overrides) -> dict:
+    kwargs = dict(gpu_budget=int(BUDGET_FRACTION * footprint(build_model, build_optimizer, device, accumulate)),
+                  host_budget=0 if device == "cpu" else "16MiB", ssd=[str(swap_dir)], ssd_capacity="32MiB",
+                  warmup_steps=WARMUP_STEPS, profile_steps=PROFILE_STEPS, bandwidths=FAST)
+    kwargs.update(overrides)
+    return kwargs
+
+
+def assert_exact(want: Run, got: Run) -> None:
+    assert len(got.losses) == len(want.losses)
+    for step, (w, g) in enumerate(zip(want.losses, got.losses)):
+        assert torch.equal(w, g), f"loss {step}: {g.item()!r} under TeraIO, {w.item()!r} without"
+    for what, w_tensors, g_tensors in (("parameter", want.params, got.params),
+                                       ("optimizer state", want.optimizer_state, got.optimizer_state)):
+        assert g_tensors.keys() == w_tensors.keys()
+        for name, w in w_tensors.items():
+            g = g_tensors[name]
+            assert g.dtype == w.dtype and g.shape == w.shape, f"{what} {name}: {g.dtype}{tuple(g.shape)}"
+            if not torch.equal(w, g):
+                differ = (w != g).nonzero()
+                first = tuple(differ[0].tolist())
+                pytest.fail(f"{what} {name}: {differ.shape[0]} of {w.numel()} elements differ, first at {first}: "
+                            f"{g[first].item()!r} under TeraIO, {w[first].item()!r} without")
+
+
+def planned_steps(run: Run) -> list[dict]:
+    steps = run.report["steps"]
+    assert len(steps) == STEPS
+    return [s for s in steps if s["phase"] == "planned"]
+
+
+def check_case(build_model, build_optimizer, device, swap_dir, accumulate=1, **overrides) -> Run:
+    run = train(build_model, build_optimizer, STEPS, device,
+                session_kwargs=budget_kwargs(build_model, build_optimizer, device, swap_dir, accumulate, **overrides),
+                accumulate=accumulate)
+    assert_exact(reference(build_model, build_optimizer, device, accumulate), run)
+    planned = planned_steps(run)
+    assert len(planned) == STEPS - WARMUP_STEPS - PROFILE_STEPS, [s["phase"] for s in run.report["steps"]]
+    assert sum(s["bytes_offloaded"] for s in planned) > 0, f"nothing offloaded under half the footprint: {planned}"
+    return run
+
+
+def test_gpt_adamw_exact(device, swap_dir):
+    check_case(gpt, adamw, device, swap_dir)
+
+
+def test_gpt_adamw_exact_at_probed_bandwidths(device, swap_dir):
+    check_case(gpt, adamw, device, swap_dir, bandwidths=None)
+
+
+def test_gradient_accumulation_exact(device, swap_dir):
+    check_case(gpt, adamw, device, swap_dir, accumulate=3)
+
+
+def test_tied_weights_exact(device, swap_dir):
+    run = check_case(gpt_tied, adamw, device, swap_dir)
+    assert "head.weight" not in run.params  # one parameter under the embedding's name
+
+
+def test_inplace_ops_and_views_exact(device, swap_dir):
+    run = check_case(views_model, adamw, device, swap_dir)
+    assert run.params["calls"].item() == STEPS
+
+
+def test_sgd_momentum_exact(device, swap_dir):
+    run = check_case(gpt, sgd_momentum, device, swap_dir)
+    assert any(name.endswith(".momentum_buffer") for name in run.optimizer_state)
+
+
+def test_wrong_plan_fetches_on_demand_and_stays_exact(device, swap_dir):
+    def drop_prefetches(migrations: list[dict]) -> list[dict]:
+        kept = [m for m in migrations if m["direction"] != "prefetch"]
+        assert len(kept) < len(migrations), "the plan has no prefetch to drop"
+        return kept
+
+    right = planned_steps(check_case(gpt, adamw, device, swap_dir))
+    wrong = planned_steps(check_case(gpt, adamw, device, swap_dir, plan_filter=drop_prefetches))
+    assert all(w["demand_fetches"] > r["demand_fetches"] for w, r in zip(wrong, right)), (
+        f"demand fetches per planned step: {[s['demand_fetches'] for s in wrong]} without prefetches, "
+        f"{[s['demand_fetches'] for s in right]} with")
+
+
+def test_budget_holds(device, swap_dir):
+    kwargs = budget_kwargs(gpt, adamw, device, swap_dir)
+    run = train(gpt, adamw, STEPS, device, session_kwargs=kwargs)
+    budget = kwargs["gpu_budget"]
+    assert run.report["gpu_budget"] == budget
+    assert [s["phase"] for s in run.report["steps"]] == (
+        ["warmup"] * WARMUP_STEPS + ["profile"] * PROFILE_STEPS + ["planned"] * (STEPS - WARMUP_STEPS - PROFILE_STEPS))
+    for s in run.report["steps"][WARMUP_STEPS:]:
+        assert 0 < s["peak_resident"] <= budget, f"step {s['step']} ({s['phase']}): peak {s['peak_resident']} > {budget}"
+    # Whether the plan alone reaches the budget depends on measured operator times; where it
+    # does not, reactive eviction must make up the difference, so the peaks above hold anyway.
+    assert run.report["plan"]["migrations"] > 0, run.report["plan"]
+    assert run.report["footprint_bytes"] > budget
+
+
+RESUME_SCRIPT = """
+import sys
+sys.path[:0] = [{tests!r}]
+import torch
+import test_training_exact as t
+
+device, checkpoint, losses_out, first, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+model = t.gpt().to(device)
+optimizer = t.adamw(model.parameters())
+saved = torch.load(checkpoint, map_location=device)
+model.load_state_dict(saved["model"])
+optimizer.load_state_dict(saved["optimizer"])
+data = t.batches(model.config, steps, seed=0)
+session = t.teraio.Session(device=device, **saved["session_kwargs"])
+losses = []
+for step in range(first, steps):
+    with session.step():
+        losses += t.train_step(model, optimizer, data[step:step + 1], device)
+phases = [s["phase"] for s in session.report().to_dict()["steps"]]
+session.close()
+torch.save({{"losses": losses, "phases": phases}}, losses_out)
+"""
+
+
+def test_checkpoint_resumes_exactly_in_a_fresh_process(device, swap_dir, tmp_path):
+    steps, saved_after = 10, 5
+    kwargs = budget_kwargs(gpt, adamw, device, swap_dir)
+    straight = reference(gpt, adamw, device, steps=steps)
+
+    torch.manual_seed(0)
+    model = gpt().to(device)
+    optimizer = adamw(model.parameters())
+    data = batches(CONFIG, steps, seed=0)
+    checkpoint = tmp_path / "checkpoint.pt"
+    with teraio.Session(device=device, **kwargs) as session:
+        losses = []
+        for step in range(saved_after):
+            with session.step():
+                losses += train_step(model, optimizer, data[step:step + 1], device)
+        assert session.phase == "planned"
+        with session.resident():
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "session_kwargs": {**kwargs, "ssd": [str(swap_dir / "resumed")]}}, checkpoint)
+        # Checkpointing leaves the session's own training exact too.
+        for step in range(saved_after, steps):
+            with session.step():
+                losses += train_step(model, optimizer, data[step:step + 1], device)
+    for step, (w, g) in enumerate(zip(straight.losses, losses)):
+        assert torch.equal(w, g), f"loss {step} after checkpointing in the session: {g.item()!r} vs {w.item()!r}"
+
+    (swap_dir / "resumed").mkdir()
+    script = tmp_path / "resume.py"
+    script.write_text(RESUME_SCRIPT.format(tests=str(pathlib.Path(__file__).parent)))
+    resumed_out = tmp_path / "resumed.pt"
+    package_root = str(pathlib.Path(teraio.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(script), device, str(checkpoint), str(resumed_out),
+                           str(saved_after), str(steps)], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, f"resume script failed:\n{done.stdout}\n{done.stderr}"
+    resumed = torch.load(resumed_out)
+    assert resumed["phases"][-1] == "planned", resumed["phases"]
+    for step, (w, g) in zip(range(saved_after, steps), zip(straight.losses[saved_after:], resumed["losses"])):
+        assert torch.equal(w, g), f"loss {step} after resuming in a fresh process: {g.item()!r} vs {w.item()!r}"
+    assert len(resumed["losses"]) == steps - saved_after
+
+
+def test_budget_no_plan_reaches_is_refused(device, swap_dir):
+    kwargs = budget_kwargs(gpt, adamw, device, swap_dir, gpu_budget=1024)
+    with pytest.raises(teraio.Error) as raised:
+        train(gpt, adamw, WARMUP_STEPS + PROFILE_STEPS, device, session_kwargs=kwargs)
+    assert raised.value.kind == "infeasible", str(raised.value)
+    assert "budget" in str(raised.value)
