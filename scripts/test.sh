@@ -30,7 +30,7 @@ if [ -n "${TERAIO_QUICK:-}" ]; then exit 0; fi
 
 step "build under AddressSanitizer + UBSan"
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTERAIO_SANITIZE=ON \
-  -DTERAIO_BUILD_BENCHMARKS=OFF -DTERAIO_WITH_CUDA=OFF -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
+  -DTERAIO_BUILD_BENCHMARKS=OFF -DTERAIO_WITH_CUDA=OFF -DTERAIO_WITH_TORCH=OFF -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
 ninja -C build/asan -j "$jobs"
 
 step "tests under AddressSanitizer + UBSan"
@@ -41,7 +41,7 @@ step "fuzzers (${fuzz_seconds}s each)"
 if compgen -G "fuzz/fuzz_*.cpp" >/dev/null; then
   cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
     -DTERAIO_BUILD_FUZZERS=ON -DTERAIO_BUILD_TESTS=OFF -DTERAIO_BUILD_BENCHMARKS=OFF -DTERAIO_WITH_CUDA=OFF \
-    -DTERAIO_WITH_URING=OFF -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
+    -DTERAIO_WITH_URING=OFF -DTERAIO_WITH_TORCH=OFF -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
   # Only the fuzz targets: the libraries carry coverage instrumentation in this build, which
   # the other executables (linked without the fuzzer runtime) cannot link against.
   mapfile -t fuzz_targets < <(for f in fuzz/fuzz_*.cpp; do basename "$f" .cpp; done)

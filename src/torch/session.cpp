@@ -510,10 +510,17 @@ void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, 
   }
   if (inputs.empty()) return;  // counted at its end if it produces storages on the device
   count_op(fn, op, phase);
-  std::uint32_t slot = 0;
-  for (const auto& s : inputs) {
-    const TensorId id = identify(s, FirstSight{op.k, 0, slot++, false});
-    if (std::find(op.used.begin(), op.used.end(), id) == op.used.end()) op.used.push_back(id);
+  try {
+    std::uint32_t slot = 0;
+    for (const auto& s : inputs) {
+      const TensorId id = identify(s, FirstSight{op.k, 0, slot++, false});
+      if (std::find(op.used.begin(), op.used.end(), id) == op.used.end()) op.used.push_back(id);
+    }
+  } catch (...) {
+    // Nothing may escape a callback (RecordFunction would swallow it and run the operator).
+    record_failure(std::current_exception(), op.used);
+    for (const auto& s : inputs) memory_->give_scratch(s.unsafeGetStorageImpl());
+    return;
   }
   run_before_op(op);
 }
@@ -531,6 +538,15 @@ void Session::on_op_end(const at::RecordFunction& fn, OpState& op, int depth) {
     op.counted = false;
     return;
   }
+  try {
+    finish_op(fn, op, depth, outputs);
+  } catch (...) {
+    record_failure(std::current_exception(), {});
+  }
+}
+
+void Session::finish_op(const at::RecordFunction& fn, OpState& op, int depth,
+                        const std::vector<c10::Storage>& outputs) {
   if (depth > 0) {
     // Storages created inside an operator (saved for backward, say) are tracked from birth.
     if (outputs.empty()) return;

@@ -117,6 +117,8 @@ class Session {
 
  private:
   bool on_device(const at::Tensor& tensor) const;
+  void finish_op(const at::RecordFunction& fn, OpState& op, int depth,
+                 const std::vector<c10::Storage>& outputs);
   TensorId identify(const c10::Storage& storage, const FirstSight& sight);
   void untrack(c10::StorageImpl* impl, TensorId id);
   void count_op(const at::RecordFunction& fn, OpState& op, trace::Phase phase);
