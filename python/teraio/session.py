@@ -1,6 +1,7 @@
 """teraio.Session: lifetime-aware tensor offloading for an ordinary PyTorch training loop."""
 import contextlib
 import os
+import sys
 
 import torch
 
@@ -27,6 +28,30 @@ def _device(value):
     if device.type == "cuda" and device.index is None:
         return f"cuda:{torch.cuda.current_device()}"
     return str(device)
+
+
+def _unsupported(message):
+    error = _native.Error(message)
+    error.kind = "unsupported"
+    return error
+
+
+def _refuse_what_bypasses_the_observer():
+    """torch.compile and CUDA graphs run kernels without dispatching operators, so TeraIO could
+    neither see their tensors' uses nor fetch them back: refused, never half-supported."""
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise _unsupported("session.step() during CUDA graph capture: CUDA graphs are not supported by TeraIO")
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        try:
+            compiled = dynamo.utils.counters["frames"].get("ok", 0)
+        except Exception:  # noqa: BLE001 - the counters are internal: no counters, nothing compiled seen
+            compiled = 0
+        if compiled:
+            raise _unsupported(
+                "torch.compile has compiled code in this process: compiled graphs run kernels without "
+                "dispatching operators, which TeraIO needs to observe; train eagerly under a Session"
+            )
 
 
 def _collect_tensors(objects):
@@ -169,6 +194,7 @@ class Session:
     @contextlib.contextmanager
     def step(self):
         """One training step: forward, backward and optimizer step."""
+        _refuse_what_bypasses_the_observer()
         self._native.begin_step()
         try:
             yield self

@@ -142,3 +142,16 @@ def test_bad_arguments_are_refused(tmp_path):
     with pytest.raises(teraio.Error):
         with session.step():
             pass
+
+
+def test_torch_compile_is_refused_clearly(monkeypatch):
+    dynamo = pytest.importorskip("torch._dynamo")
+    if not hasattr(dynamo, "utils"):
+        pytest.skip("this torch has no dynamo counters")
+    monkeypatch.setitem(dynamo.utils.counters["frames"], "ok", 1)
+    session = teraio.Session(device="cpu")
+    with pytest.raises(teraio.Error) as failure:
+        with session.step():
+            pass
+    assert failure.value.kind == "unsupported" and "torch.compile" in str(failure.value)
+    session.close()
