@@ -44,7 +44,7 @@ if has tests; then
   step "runtime C++ tests"
   "$build/tests/runtime/teraio_runtime_tests" --gtest_brief=1 || fail "runtime tests"
   step "Python tests (CPU and CUDA)"
-  PYTHONPATH=$pypath "$python" -m pytest -q -p no:cacheprovider tests/python -x --junitxml="$out/pytest.xml" || fail "python tests"
+  PYTHONPATH=$pypath "$python" -m pytest -q -p no:cacheprovider tests/python --junitxml="$out/pytest.xml" || fail "python tests"
 fi
 if has demo; then
   step "teraio demo --device cuda"
