@@ -298,21 +298,23 @@ void Session::set_migrations(std::vector<plan::Migration> migrations) {
   executor_->set_plan(plan_->plan);
 }
 
-void Session::go_passive() {
-  // Nothing to move: bring back what reactive profiling moved out and stop observing, so
-  // the steps of a model that fits cost what they cost without TeraIO.
+void Session::stop_with_everything_back() {
+  // Tensors outlive the observer: every storage gets its bytes back before it goes.
   executor_->set_mode(runtime::Mode::kPassive);
   executor_->drain();
-  std::vector<TensorId> ids;
-  table_.for_each([&](c10::StorageImpl*, TrackedStorage& entry) {
-    if (!entry.weak.expired()) ids.push_back(entry.id);
-  });
+  remove_dead();
+  const std::vector<TensorId> ids = tracked_ids({});
   executor_->fetch(ids);
   for (const TensorId id : ids) executor_->remove_tensor(id);
   memory_->unpin_settled(*executor_);
   table_.clear();
   stop_observing(slot_);
   observing_ = false;
+}
+
+void Session::go_passive() {
+  // Nothing to move: the steps of a model that fits cost what they cost without TeraIO.
+  stop_with_everything_back();
   phase_ = SessionPhase::kPassive;
 }
 
@@ -644,18 +646,7 @@ void Session::exit_resident() {
 void Session::close() {
   std::lock_guard lock(mutex_);
   if (phase_ == SessionPhase::kClosed) return;
-  if (observing_) {
-    // Tensors outlive the session: every storage gets its bytes back before the observer goes.
-    executor_->set_mode(runtime::Mode::kPassive);
-    executor_->drain();
-    std::vector<TensorId> ids;
-    table_.for_each([&](c10::StorageImpl*, TrackedStorage& entry) {
-      if (!entry.weak.expired()) ids.push_back(entry.id);
-    });
-    executor_->fetch(ids);
-    stop_observing(slot_);
-    observing_ = false;
-  }
+  if (observing_) stop_with_everything_back();
   executor_.reset();
   memory_.reset();
   table_.clear();

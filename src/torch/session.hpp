@@ -131,6 +131,7 @@ class Session {
   std::vector<TensorId> tracked_ids(const std::vector<at::Tensor>& tensors);
   void make_plan();
   void go_passive();
+  void stop_with_everything_back();
   void diverge(const std::string& why);
   runtime::Mode step_mode() const;
   void probe_bandwidths();
