@@ -21,7 +21,7 @@ def _size(value, name):
 
 def _device(value):
     if value is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
     if isinstance(value, int):
         return f"cuda:{value}"
     device = torch.device(value)

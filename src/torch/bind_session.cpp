@@ -81,9 +81,11 @@ struct StepThread {
   std::atomic<unsigned long> id{0};
   std::atomic<bool> interrupted{false};
   void interrupt() {
-    const unsigned long thread = id.load();
-    if (thread == 0 || interrupted.exchange(true)) return;
+    if (interrupted.exchange(true)) return;
     py::gil_scoped_acquire gil;
+    // Between steps the failing operator runs on the calling Python thread itself.
+    unsigned long thread = id.load();
+    if (thread == 0) thread = PyThread_get_thread_ident();
     py::object error = py::module_::import("teraio._native").attr("Error");
     PyThreadState_SetAsyncExc(thread, error.ptr());
   }

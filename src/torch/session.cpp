@@ -109,6 +109,8 @@ Session::~Session() {
     close();
   } catch (const std::exception& e) {
     log::warn(cat("closing the TeraIO session: ", e.what()));
+    // The callbacks must never reach a destroyed session, whatever close() could not do.
+    stop_observing(slot_);
   }
 }
 
@@ -136,6 +138,8 @@ std::string Session::device_name() const {
 }
 
 std::string Session::engine_report() const {
+  std::lock_guard lock(mutex_);
+  if (!store_) return closed_engine_report_;
   return io::format_report(store_->report());
 }
 
@@ -280,17 +284,16 @@ void Session::make_plan() {
 
 void Session::set_migrations(std::vector<plan::Migration> migrations) {
   std::lock_guard lock(mutex_);
+  if (phase_ == SessionPhase::kClosed) throw Error(ErrorKind::kShutdown, "the TeraIO session is closed");
   if (!plan_ || !trace_) throw Error(ErrorKind::kInvalidArgument, "there is no plan yet");
-  plan_->plan.migrations = std::move(migrations);
-  plan_ids_at_.assign(trace_->ops.size(), {});
-  for (const auto& m : plan_->plan.migrations) {
-    if (m.issue_before >= trace_->ops.size()) {
+  for (const auto& m : migrations) {
+    if (m.issue_before >= trace_->ops.size() || m.deadline >= trace_->ops.size()) {
       throw Error(ErrorKind::kInvalidArgument,
-                  cat("migration of tensor ", m.tensor, " is issued before operator ", m.issue_before,
-                      ", past the step's ", trace_->ops.size()));
+                  cat("migration of tensor ", m.tensor, " names operator ",
+                      std::max(m.issue_before, m.deadline), ", past the step's ", trace_->ops.size()));
     }
-    plan_ids_at_[m.issue_before].push_back(m.tensor);
   }
+  plan_->plan.migrations = std::move(migrations);
   plan_op_names_.clear();
   for (const auto& op : trace_->ops) plan_op_names_.push_back(op.name);
   plan_bytes_.clear();
@@ -335,7 +338,9 @@ bool Session::on_device(const at::Tensor& tensor) const {
   const c10::Device device = storage.device();
   if (device.type() != device_.type()) return false;
   if (device_.is_cuda() && device.index() != device_.index()) return false;
-  return true;
+  // Storages over foreign memory (from_blob, numpy, DLPack, shared memory) have no allocator:
+  // they could not be given memory again once moved out.
+  return storage.allocator() != nullptr;
 }
 
 void Session::untrack(c10::StorageImpl* impl, TensorId id) {
@@ -361,7 +366,7 @@ TensorId Session::identify(const c10::Storage& storage, const FirstSight& sight)
     return entry->id;
   }
   TensorId id = 0;
-  if (phase_ == SessionPhase::kWarmup || !in_step_) {
+  if (phase_ == SessionPhase::kWarmup) {
     id = (1ull << 63) | warmup_ids_++;
   } else {
     id = tensor_id_for(sight);
@@ -407,7 +412,13 @@ void Session::record_failure(std::exception_ptr error, const std::vector<TensorI
   }
   if (pending_error_) return;
   pending_error_ = error;
-  if (config_.on_failure) config_.on_failure();
+  // Raised by the next callback, outside the session's lock: the interrupt takes the GIL,
+  // which threads holding the GIL may be waiting to give up while they wait for this lock.
+  interrupt_due_ = true;
+}
+
+void Session::interrupt_if_due() {
+  if (interrupt_due_.exchange(false) && config_.on_failure) config_.on_failure();
 }
 
 void Session::count_op(const at::RecordFunction& fn, OpState& op, trace::Phase phase) {
@@ -460,13 +471,7 @@ std::exception_ptr Session::explain_failure(const Error& error, const OpState& o
 
 void Session::run_before_op(OpState& op) {
   try {
-    if (executor_->mode() != runtime::Mode::kPassive) {
-      remove_dead();
-    } else if (phase_ == SessionPhase::kPlanned && op.k < plan_ids_at_.size()) {
-      for (const TensorId id : plan_ids_at_[op.k]) {
-        if (executor_->contains(id) && !table_.alive(id)) executor_->remove_tensor(id);
-      }
-    }
+    if (executor_->mode() != runtime::Mode::kPassive) remove_dead();
     executor_->before_op(op.k, op.used, expected_births(op.k));
     for (const TensorId id : op.used) {
       c10::StorageImpl* impl = table_.find_id(id);
@@ -486,6 +491,7 @@ void Session::run_before_op(OpState& op) {
 }
 
 void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, trace::Phase phase) {
+  interrupt_if_due();
   if (depth > 0) return;  // nested: the outermost operator already covers its inputs
   op.counted = false;
   std::vector<c10::Storage> inputs;
@@ -504,6 +510,7 @@ void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, 
     }
     if (ids.empty()) return;
     try {
+      remove_dead();
       executor_->fetch(ids);
     } catch (...) {
       record_failure(std::current_exception(), ids);
@@ -528,6 +535,7 @@ void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, 
 }
 
 void Session::on_op_end(const at::RecordFunction& fn, OpState& op, int depth) {
+  interrupt_if_due();
   if (depth > 0 && !op.counted) return;
   std::vector<c10::Storage> outputs;
   for (const c10::IValue& value : fn.outputs()) {
@@ -624,6 +632,7 @@ std::uint64_t Session::enter_resident(const std::vector<at::Tensor>& tensors) {
   std::lock_guard lock(mutex_);
   if (in_step_) throw Error(ErrorKind::kInvalidArgument, "session.resident() inside session.step()");
   if (phase_ == SessionPhase::kClosed) throw Error(ErrorKind::kShutdown, "the TeraIO session is closed");
+  if (pending_error_) std::rethrow_exception(std::exchange(pending_error_, nullptr));
   ++resident_depth_;
   if (!observing_) return 0;
   const std::uint64_t bytes = offloaded_bytes(tensors);
@@ -650,8 +659,10 @@ void Session::close() {
   executor_.reset();
   memory_.reset();
   table_.clear();
+  closed_engine_report_ = io::format_report(store_->report());
   store_.reset();
   phase_ = SessionPhase::kClosed;
+  if (pending_error_) std::rethrow_exception(std::exchange(pending_error_, nullptr));
 }
 
 void Session::export_timeline(const std::string& path) const {

@@ -10,6 +10,7 @@
 
 #include <ATen/record_function.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -124,6 +125,7 @@ class Session {
   void count_op(const at::RecordFunction& fn, OpState& op, trace::Phase phase);
   void run_before_op(OpState& op);
   void record_failure(std::exception_ptr error, const std::vector<TensorId>& used);
+  void interrupt_if_due();
   // A budget error at an operator whose own tensors exceed the budget, said as such.
   std::exception_ptr explain_failure(const Error& error, const OpState& op);
   void remove_dead();
@@ -148,7 +150,6 @@ class Session {
   plan::Hardware hardware_;
   std::optional<trace::Trace> trace_;
   std::optional<plan::PlanResult> plan_;
-  std::vector<std::vector<TensorId>> plan_ids_at_;  // tensors the plan migrates before op k
   std::vector<std::string> plan_op_names_;
   std::unordered_map<TensorId, std::uint64_t> plan_bytes_;  // profiled size of each tensor
   // Bytes of storages each operator created in the previous step and in this one: the room
@@ -176,6 +177,8 @@ class Session {
   int divergent_steps_ = 0;
   bool divergence_reported_ = false;
   std::exception_ptr pending_error_;
+  std::atomic<bool> interrupt_due_{false};
+  std::string closed_engine_report_;
   std::chrono::steady_clock::time_point step_start_;
   std::vector<StepRecord> steps_;
   std::vector<runtime::OpSpan> op_spans_;

@@ -155,3 +155,32 @@ def test_torch_compile_is_refused_clearly(monkeypatch):
             pass
     assert failure.value.kind == "unsupported" and "torch.compile" in str(failure.value)
     session.close()
+
+
+def test_storages_over_foreign_memory_are_left_alone_and_report_outlives_close(tmp_path):
+    # from_numpy / DataLoader shared-memory batches have no allocator: never moved, never a crash.
+    import numpy
+
+    model, optimizer = _model()
+    session = _session(tmp_path, 1_200_000)
+    for x, y in _data(5):
+        x = torch.from_numpy(numpy.ascontiguousarray(x.numpy()))
+        _step(model, optimizer, x, y, session)
+    session.close()
+    assert "ssd path" in str(session.report())
+
+
+def test_eval_between_steps_after_zero_grad_is_exact(tmp_path):
+    model, optimizer = _model()
+    reference_model, reference_optimizer = _model()
+    session = _session(tmp_path, 1_200_000)
+    probe = torch.randn(16, 128, generator=torch.Generator().manual_seed(9))
+    for x, y in _data(6):
+        _step(model, optimizer, x, y, session)
+        loss = torch.nn.functional.cross_entropy(reference_model(x), y)
+        loss.backward()
+        reference_optimizer.step()
+        reference_optimizer.zero_grad()
+        with torch.no_grad():
+            assert torch.equal(model(probe), reference_model(probe))
+    session.close()
