@@ -122,10 +122,13 @@ def _device(device):
     return device
 
 
-def _read_options(io_mode, chunk_bytes, chunks_in_flight):
+def _read_options(io_mode, chunk_bytes, chunks_in_flight, threads=None):
     if io_mode not in _IO_MODES:
         raise _error("invalid argument", f"unknown io_mode {io_mode!r} (one of {', '.join(_IO_MODES)})")
-    return {"io_mode": io_mode, "chunk_bytes": chunk_bytes, "chunks_in_flight": chunks_in_flight}
+    options = {"io_mode": io_mode, "chunk_bytes": chunk_bytes, "chunks_in_flight": chunks_in_flight}
+    if threads is not None:
+        options["threads"] = threads
+    return options
 
 
 def _check_dtype(dtype):
@@ -195,7 +198,7 @@ def _instantiate(file, buffer, names, dtype, separate, out):
 
 
 def load_file(filename, device="cpu", *, io_mode="auto", dtype=None, separate=False, chunk_bytes=None,
-              chunks_in_flight=None):
+              chunks_in_flight=None, threads=None):
     """Loads one safetensors file as {name: tensor} on device ("cpu", "cuda", "cuda:1", a
     torch.device or a CUDA index).
 
@@ -204,11 +207,12 @@ def load_file(filename, device="cpu", *, io_mode="auto", dtype=None, separate=Fa
     dtype: floating-point tensors are converted to it on the device; integer, bool and complex
     tensors keep their dtype. separate: every tensor in its own allocation (so they can be
     freed one by one) instead of views of one buffer per file. chunk_bytes, chunks_in_flight:
-    the read pipeline's chunk size and depth (defaults: 16 MiB, 4).
+    the read pipeline's chunk size and O_DIRECT depth (defaults: 16 MiB, 4); threads: the
+    threads reading a cached file (default: min(16, CPUs)).
     """
     started = time.perf_counter()
     device = _device(device)
-    options = _read_options(io_mode, chunk_bytes, chunks_in_flight)
+    options = _read_options(io_mode, chunk_bytes, chunks_in_flight, threads)
     _check_dtype(dtype)
     stats = LoadStats()
     file = _File(filename)
@@ -231,7 +235,7 @@ def _distribution(distributed):
 
 
 def load(source, device="cpu", *, io_mode="auto", dtype=None, separate=False, distributed=None, max_workers=None,
-         chunk_bytes=None, chunks_in_flight=None):
+         chunk_bytes=None, chunks_in_flight=None, threads=None):
     """Loads a checkpoint as one {name: tensor}: a model.safetensors.index.json, a directory
     holding one (or model.safetensors), or a .safetensors file. With an index, the result holds
     exactly the tensors of its weight_map, each from its shard. bytes (safetensors.torch.load's
@@ -248,7 +252,7 @@ def load(source, device="cpu", *, io_mode="auto", dtype=None, separate=False, di
         return _load_bytes(source, device, io_mode=io_mode, dtype=dtype, separate=separate)
     started = time.perf_counter()
     device = _device(device)
-    options = _read_options(io_mode, chunk_bytes, chunks_in_flight)
+    options = _read_options(io_mode, chunk_bytes, chunks_in_flight, threads)
     _check_dtype(dtype)
     rank, world = _distribution(distributed)
     index = _native.st_resolve_checkpoint(os.fspath(source))

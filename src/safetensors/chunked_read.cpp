@@ -1,6 +1,9 @@
 #include "chunked_read.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -9,9 +12,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "teraio/core/error.hpp"
+#include "teraio/core/log.hpp"
 #include "teraio/core/strings.hpp"
 #include "teraio/core/units.hpp"
 #include "teraio/io/pinned_pool.hpp"
@@ -42,7 +47,12 @@ class Pipeline {
   explicit Pipeline(const ChunkedRead& read) : read_(read) {
     const std::uint64_t begin = read.direct ? align_down(read.file_offset, kPageSize) : read.file_offset;
     const std::uint64_t end = read.file_offset + read.length;
-    chunk_bytes_ = align_up(std::max<std::uint64_t>(read.chunk_bytes, kPageSize), kPageSize);
+    bounce_ = read.direct || read.destination_is_device;
+    depth_ = std::max(1u, read.chunks_in_flight);
+    pool_ = bounce_ ? read.bounce_pool : nullptr;
+    chunk_bytes_ = pool_ != nullptr
+                       ? pool_->buffer_bytes()
+                       : align_up(std::max<std::uint64_t>(read.chunk_bytes, kPageSize), kPageSize);
     for (std::uint64_t start = begin; start < end; start += chunk_bytes_) {
       Chunk c;
       c.start = start;
@@ -50,13 +60,11 @@ class Pipeline {
       c.request = read.direct ? align_up(c.needed, kPageSize) : c.needed;
       chunks_.push_back(std::move(c));
     }
-    bounce_ = read.direct || read.destination_is_device;
-    const unsigned depth = std::max(1u, read.chunks_in_flight);
-    if (bounce_ && !chunks_.empty()) {
-      const std::uint64_t buffers = std::min<std::uint64_t>(depth, chunks_.size());
-      pool_.emplace(*read.copier, chunk_bytes_, buffers * chunk_bytes_);
+    if (bounce_ && pool_ == nullptr && !chunks_.empty()) {
+      const std::uint64_t buffers = std::min<std::uint64_t>(depth_, chunks_.size());
+      own_pool_.emplace(*read.copier, chunk_bytes_, buffers * chunk_bytes_);
+      pool_ = &*own_pool_;
     }
-    depth_ = depth;
   }
 
   ~Pipeline() { drain(); }
@@ -83,8 +91,10 @@ class Pipeline {
   bool can_start() {
     if (!bounce_) return in_flight_ < depth_;
     while (!copies_.empty() && chunks_[copies_.front()].copy->ready()) finish_oldest_copy();
-    if (pool_->available() > 0) return true;
-    return false;
+    // A caller's pool may hold more buffers than this read may keep busy; when it lent every one
+    // elsewhere and this read holds none, acquire() waits for one.
+    const std::size_t held = in_flight_ + copies_.size();
+    return held < depth_ && (held == 0 || pool_->available() > 0);
   }
 
   void start_next() {
@@ -206,7 +216,8 @@ class Pipeline {
   const ChunkedRead& read_;
   std::uint64_t chunk_bytes_ = 0;
   // Declared before the chunks, whose bounce buffers must go back to it before it goes.
-  std::optional<io::PinnedBufferPool> pool_;
+  std::optional<io::PinnedBufferPool> own_pool_;
+  io::PinnedBufferPool* pool_ = nullptr;  // own_pool_ or the caller's
   std::vector<Chunk> chunks_;
   bool bounce_ = false;
   unsigned depth_ = 1;
@@ -219,7 +230,134 @@ class Pipeline {
   std::deque<Completion> completions_;
 };
 
+// Reads [offset, offset + n) of a buffered fd into memory, resuming short reads.
+void pread_fully(int fd, const std::string& path, std::byte* memory, std::uint64_t n, std::uint64_t offset) {
+  std::uint64_t got = 0;
+  while (got < n) {
+    const ssize_t rc =
+        ::pread(fd, memory + got, static_cast<std::size_t>(n - got), static_cast<off_t>(offset + got));
+    const int error = errno;
+    if (rc < 0 && (error == EINTR || error == EAGAIN)) continue;
+    if (rc <= 0) {
+      const std::string where = cat(path, ": read of ", n - got, " bytes at offset ", offset + got);
+      if (rc < 0) throw Error(ErrorKind::kIo, cat(where, " failed: ", std::strerror(error)), error);
+      throw Error(ErrorKind::kFormat, cat(where, " hit the end of the file after ", got, " of ", n,
+                                          " bytes: the data region is truncated"));
+    }
+    got += static_cast<std::uint64_t>(rc);
+  }
+}
+
+// The pieces of a buffered read, handed out to its threads one at a time, so that a slow thread
+// delays the load by one piece at most; the first failure stops every thread.
+class PieceReader {
+ public:
+  PieceReader(const ParallelRead& read, io::PinnedBufferPool* pool, std::uint64_t piece_bytes)
+      : read_(read),
+        pool_(pool),
+        piece_bytes_(piece_bytes),
+        pieces_((read.length + piece_bytes - 1) / piece_bytes) {}
+
+  std::uint64_t pieces() const { return pieces_; }
+
+  // One thread's share of the work; never throws (the first error is kept for rethrow()).
+  void work() noexcept {
+    io::PinnedBuffer buffer;
+    // Two halves of the thread's bounce buffer: one is read into while the other is copied.
+    std::unique_ptr<io::CopyEvent> copies[2];
+    try {
+      if (pool_ != nullptr) buffer = pool_->acquire();
+      for (unsigned half = 0;; half ^= 1u) {
+        const std::uint64_t index = next_.fetch_add(1);
+        if (index >= pieces_ || failed_.load()) break;
+        const std::uint64_t start = index * piece_bytes_;
+        const std::uint64_t n = std::min(piece_bytes_, read_.length - start);
+        std::byte* destination = read_.destination + start;
+        if (pool_ == nullptr) {
+          pread_fully(read_.fd, read_.path, destination, n, read_.file_offset + start);
+          continue;
+        }
+        if (copies[half]) {
+          copies[half]->wait();
+          copies[half].reset();
+        }
+        std::byte* bounce = buffer.data() + half * piece_bytes_;
+        pread_fully(read_.fd, read_.path, bounce, n, read_.file_offset + start);
+        copies[half] = read_.copier->to_device(destination, bounce, static_cast<std::size_t>(n));
+      }
+    } catch (...) {
+      fail(std::current_exception());
+    }
+    // The buffer goes back to the pool only once no copy reads it any more.
+    for (auto& copy : copies) {
+      if (!copy) continue;
+      try {
+        copy->wait();
+      } catch (...) {
+        fail(std::current_exception());
+      }
+    }
+  }
+
+  void fail(std::exception_ptr error) noexcept {
+    std::lock_guard lock(mutex_);
+    if (!error_) error_ = std::move(error);
+    failed_.store(true);
+  }
+
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  const ParallelRead& read_;
+  io::PinnedBufferPool* pool_;
+  std::uint64_t piece_bytes_;
+  std::uint64_t pieces_;
+  std::atomic<std::uint64_t> next_{0};
+  std::atomic<bool> failed_{false};
+  std::mutex mutex_;
+  std::exception_ptr error_;
+};
+
 }  // namespace
+
+void run_parallel_read(const ParallelRead& read) {
+  if (read.length == 0) return;
+  const unsigned wanted = std::max(1u, read.threads);
+  std::optional<io::PinnedBufferPool> own_pool;
+  io::PinnedBufferPool* pool = nullptr;
+  std::uint64_t piece_bytes = 0;
+  if (read.destination_is_device) {
+    pool = read.bounce_pool;
+    const std::uint64_t buffer_bytes =
+        pool != nullptr ? pool->buffer_bytes()
+                        : align_up(std::max<std::uint64_t>(read.chunk_bytes, 2 * kPageSize), 2 * kPageSize);
+    piece_bytes = buffer_bytes / 2;
+    if (pool == nullptr) {
+      const std::uint64_t pieces = (read.length + piece_bytes - 1) / piece_bytes;
+      const std::uint64_t buffers = std::min<std::uint64_t>(wanted, (pieces + 1) / 2);
+      own_pool.emplace(*read.copier, buffer_bytes, buffers * buffer_bytes);
+      pool = &*own_pool;
+    }
+  } else {
+    piece_bytes = align_up(std::max<std::uint64_t>(read.chunk_bytes / 2, kPageSize), kPageSize);
+  }
+  PieceReader reader(read, pool, piece_bytes);
+  std::uint64_t threads = std::min<std::uint64_t>(wanted, reader.pieces());
+  if (pool != nullptr) threads = std::min<std::uint64_t>(threads, pool->buffer_count());
+  {
+    std::vector<std::jthread> helpers;
+    try {
+      for (std::uint64_t i = 1; i < threads; ++i) helpers.emplace_back([&reader] { reader.work(); });
+    } catch (...) {
+      // Fewer threads than asked for: the ones running (and this one) still read every piece.
+      log::debug("safetensors: started ", helpers.size() + 1, " of ", threads, " read threads");
+    }
+    reader.work();
+  }
+  reader.rethrow();
+}
 
 void run_chunked_read(const ChunkedRead& read) {
   if (read.length == 0) return;

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "chunked_read.hpp"
 #include "teraio/core/error.hpp"
@@ -23,6 +24,7 @@
 #include "teraio/core/units.hpp"
 #include "teraio/io/cufile.hpp"
 #include "teraio/io/io_backend.hpp"
+#include "teraio/io/pinned_pool.hpp"
 
 namespace teraio::safetensors {
 namespace {
@@ -106,11 +108,31 @@ bool read_with_cufile(const std::string& path, std::uint64_t file_offset, std::u
   return true;
 }
 
-void read_with_backend(const std::string& path, std::uint64_t file_offset, std::uint64_t length,
-                       io::DeviceCopier& copier, const LoadOptions& options, bool direct,
-                       std::byte* destination, LoadStats& stats) {
-  FileDescriptor fd(path, direct ? O_DIRECT : 0);
-  if (!fd) throw_errno(errno, "cannot open ", path, direct ? " with O_DIRECT" : "");
+void read_buffered(const std::string& path, std::uint64_t file_offset, std::uint64_t length,
+                   io::DeviceCopier& copier, const LoadOptions& options, std::byte* destination,
+                   LoadStats& stats) {
+  FileDescriptor fd(path, 0);
+  if (!fd) throw_errno(errno, "cannot open ", path);
+  detail::ParallelRead read;
+  read.fd = fd.get();
+  read.copier = &copier;
+  read.path = path;
+  read.file_offset = file_offset;
+  read.length = length;
+  read.destination = destination;
+  read.destination_is_device = options.destination == io::MemoryKind::kDevice;
+  read.chunk_bytes = options.chunk_bytes;
+  read.threads = options.threads;
+  read.bounce_pool = options.bounce_pool;
+  stats.backend = "posix";
+  detail::run_parallel_read(read);
+}
+
+void read_direct(const std::string& path, std::uint64_t file_offset, std::uint64_t length,
+                 io::DeviceCopier& copier, const LoadOptions& options, std::byte* destination,
+                 LoadStats& stats) {
+  FileDescriptor fd(path, O_DIRECT);
+  if (!fd) throw_errno(errno, "cannot open ", path, " with O_DIRECT");
   const std::unique_ptr<io::IoBackend> backend = make_backend(fd.get(), options, stats.backend);
   detail::ChunkedRead read;
   read.backend = backend.get();
@@ -120,9 +142,10 @@ void read_with_backend(const std::string& path, std::uint64_t file_offset, std::
   read.length = length;
   read.destination = destination;
   read.destination_is_device = options.destination == io::MemoryKind::kDevice;
-  read.direct = direct;
+  read.direct = true;
   read.chunk_bytes = options.chunk_bytes;
   read.chunks_in_flight = options.chunks_in_flight;
+  read.bounce_pool = options.bounce_pool;
   detail::run_chunked_read(read);
 }
 
@@ -130,7 +153,32 @@ bool direct_io_possible(const std::string& path) {
   return static_cast<bool>(FileDescriptor(path, O_DIRECT));
 }
 
+// A buffer holds two pieces of a buffered read, and a whole O_DIRECT chunk.
+std::uint64_t bounce_buffer_bytes(const LoadOptions& options) {
+  return align_up(std::max<std::uint64_t>(options.chunk_bytes, 2 * kPageSize), 2 * kPageSize);
+}
+
+std::size_t bounce_buffer_count(const LoadOptions& options) {
+  return std::max({1u, options.chunks_in_flight, options.threads});
+}
+
 }  // namespace
+
+unsigned default_read_threads() {
+  return std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
+}
+
+std::unique_ptr<io::PinnedBufferPool> make_bounce_pool(io::DeviceCopier& copier, const LoadOptions& options) {
+  const std::uint64_t buffer = bounce_buffer_bytes(options);
+  return std::make_unique<io::PinnedBufferPool>(
+      copier, static_cast<std::size_t>(buffer),
+      static_cast<std::size_t>(buffer * bounce_buffer_count(options)));
+}
+
+bool bounce_pool_suits(const io::PinnedBufferPool& pool, const LoadOptions& options) {
+  return pool.buffer_bytes() == bounce_buffer_bytes(options) &&
+         pool.buffer_count() >= bounce_buffer_count(options);
+}
 
 std::string_view to_string(IoMode mode) {
   switch (mode) {
@@ -261,8 +309,11 @@ LoadStats load_range(const std::string& path, const Header& header, std::uint64_
   }
   if (mode == IoMode::kDirect || mode == IoMode::kBuffered) {
     stats.mode = std::string(to_string(mode));
-    read_with_backend(path, file_offset, length, copier, options, mode == IoMode::kDirect, destination,
-                      stats);
+    if (mode == IoMode::kDirect) {
+      read_direct(path, file_offset, length, copier, options, destination, stats);
+    } else {
+      read_buffered(path, file_offset, length, copier, options, destination, stats);
+    }
   }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   log::debug("safetensors: read ", path, " [", begin, ", ", end, ") (", format_bytes(length), ") by ",

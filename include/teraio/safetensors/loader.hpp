@@ -1,8 +1,9 @@
 // safetensors/loader: loads a whole safetensors file into ONE destination buffer (device
 // memory through a DeviceCopier, or host memory) with parallel chunked reads: cuFile straight
 // into device memory where GPUDirect Storage really works, else O_DIRECT reads into pinned
-// bounce buffers overlapped with the copies to the device, else buffered reads when the page
-// cache already holds the file. Tensors are then views into that buffer. The mode that ran,
+// bounce buffers overlapped with the copies to the device, else buffered reads by several
+// threads when the page cache already holds the file (copying out of the cache is bound by one
+// core's memory bandwidth). Tensors are then views into that buffer. The mode that ran,
 // and why, is reported in LoadStats, never guessed. Sharded Hugging Face checkpoints
 // (model.safetensors.index.json) load shard by shard.
 #pragma once
@@ -10,12 +11,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "teraio/io/device_copy.hpp"
+#include "teraio/io/pinned_pool.hpp"
 #include "teraio/safetensors/header.hpp"
 
 namespace teraio::safetensors {
@@ -30,14 +33,25 @@ std::string_view to_string(IoMode mode);
 // "auto", "cufile", "direct", "buffered"; throws Error{kInvalidArgument}.
 IoMode parse_io_mode(std::string_view text);
 
+// min(16, hardware threads): enough pread threads to saturate host memory bandwidth on a GPU
+// host, few enough that several files loading at once do not swamp the machine.
+unsigned default_read_threads();
+
 struct LoadOptions {
   IoMode io_mode = IoMode::kAuto;
   // Where the data region goes: device memory (copier.allocate_device) or host memory.
   io::MemoryKind destination = io::MemoryKind::kDevice;
-  std::uint64_t chunk_bytes = 16ull << 20;  // one read, rounded up to 4 KiB
-  unsigned chunks_in_flight = 4;            // bounce buffers, hence reads in flight
-  unsigned threads = 4;                     // POSIX backend threads
-  bool use_uring = true;                    // io_uring when built in and the kernel allows it
+  // One O_DIRECT read, rounded up to 4 KiB; a buffered read thread's bounce buffer, which it
+  // reads half of at a time.
+  std::uint64_t chunk_bytes = 16ull << 20;
+  unsigned chunks_in_flight = 4;              // O_DIRECT reads in flight (each in a bounce buffer)
+  unsigned threads = default_read_threads();  // buffered read threads; POSIX backend threads
+  bool use_uring = true;  // io_uring for O_DIRECT reads when built in and the kernel allows it
+  // Bounce buffers pinned through the copier of the load, kept by the caller so that memory is
+  // pinned once rather than per load (cudaHostRegister costs about 0.5 ms per MiB); from
+  // make_bounce_pool. Null: each load pins its own. Its buffer size then replaces chunk_bytes.
+  // A pool serves one load at a time.
+  io::PinnedBufferPool* bounce_pool = nullptr;
   // Auto picks buffered reads when at least this share of the data region is cached.
   double cached_threshold = 0.5;
 };
@@ -88,6 +102,12 @@ struct LoadedFile {
 };
 
 LoadedFile load_file(const std::string& path, io::DeviceCopier& copier, const LoadOptions& options = {});
+
+// Pinned bounce buffers for LoadOptions::bounce_pool: chunk_bytes each, enough for every read
+// that options keep in flight.
+std::unique_ptr<io::PinnedBufferPool> make_bounce_pool(io::DeviceCopier& copier, const LoadOptions& options);
+// Whether a pool from make_bounce_pool serves loads with these options as one made for them would.
+bool bounce_pool_suits(const io::PinnedBufferPool& pool, const LoadOptions& options);
 
 // Reads bytes [begin, end) of the data region of a file whose header was read already (by
 // read_header) into a destination the caller owns: end - begin bytes of memory of kind
