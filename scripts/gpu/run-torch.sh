@@ -58,7 +58,7 @@ fi
 if has safetensors; then
   step "safetensors loading benchmark"
   PYTHONPATH=python "$python" bench/load_safetensors.py --device cuda --dir "$scratch/st-bench" \
-    --size "${TERAIO_ST_SIZE:-16GiB}" --json "$out/load_safetensors.json" || fail safetensors
+    --size "${TERAIO_ST_SIZE:-16GiB}" --repeat "${TERAIO_ST_REPEAT:-3}" --json "$out/load_safetensors.json" || fail safetensors
 fi
 step "done (status $status)"
 exit $status
