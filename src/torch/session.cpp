@@ -444,6 +444,9 @@ std::uint64_t Session::expected_births(OpIndex k) const {
       births_previous_.names[k] == births_.names[k]) {
     return births_previous_.bytes[k];
   }
+  // The session's first step knows no output sizes yet: an eighth of the budget is kept free
+  // for them, besides the largest output seen so far.
+  if (births_previous_.names.empty()) return std::max(largest_birth_, config_.gpu_budget / 8);
   return largest_birth_;
 }
 
