@@ -560,13 +560,19 @@ StepStats Executor::end_step() {
 }
 
 void Executor::fetch(std::span<const TensorId> ids) {
+  fetch(ids, ids);
+}
+
+void Executor::fetch(std::span<const TensorId> ids, std::span<const TensorId> keep) {
   State& s = *state_;
   std::lock_guard lock(s.mutex);
+  std::vector<TensorId> kept(keep.begin(), keep.end());
+  kept.insert(kept.end(), ids.begin(), ids.end());
   s.then_rethrow(s.retire_completed(), [&] {
     for (const TensorId id : ids) {
       auto found = s.entries.find(id);
       if (found == s.entries.end()) continue;
-      s.make_resident(id, found->second, s.current_op, ids);
+      s.make_resident(id, found->second, s.current_op, kept);
       s.touch(id, found->second);
     }
   });

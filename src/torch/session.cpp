@@ -343,26 +343,31 @@ bool Session::on_device(const at::Tensor& tensor) const {
   return storage.allocator() != nullptr;
 }
 
-void Session::untrack(c10::StorageImpl* impl, TensorId id) {
+void Session::untrack(c10::StorageImpl* impl, TensorId id, const std::vector<TensorId>& in_use) {
   if (executor_->contains(id)) {
     const std::vector<TensorId> one{id};
-    executor_->fetch(one);
+    executor_->fetch(one, in_use);
     executor_->remove_tensor(id);
   }
   memory_->unpin_settled(*executor_);
   table_.erase(impl);
 }
 
-TensorId Session::identify(const c10::Storage& storage, const FirstSight& sight) {
+void Session::refresh_size(const c10::Storage& storage, TrackedStorage& entry) {
+  if (storage.nbytes() != entry.bytes && storage.data() != nullptr &&
+      executor_->location(entry.id) == runtime::Location::kDevice) {
+    // Resized in place (an out= operator, resize_): the executor moves whole storages by size.
+    executor_->remove_tensor(entry.id);
+    executor_->add_tensor(entry.id, storage.nbytes());
+    entry.bytes = storage.nbytes();
+  }
+}
+
+TensorId Session::identify(const c10::Storage& storage, const FirstSight& sight,
+                           const std::vector<TensorId>& in_use) {
   c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
   if (TrackedStorage* entry = table_.find(impl)) {
-    if (storage.nbytes() != entry->bytes && storage.data() != nullptr &&
-        executor_->location(entry->id) == runtime::Location::kDevice) {
-      // Resized in place (an out= operator): the executor tracks whole storages by size.
-      executor_->remove_tensor(entry->id);
-      executor_->add_tensor(entry->id, storage.nbytes());
-      entry->bytes = storage.nbytes();
-    }
+    refresh_size(storage, *entry);
     return entry->id;
   }
   TensorId id = 0;
@@ -384,7 +389,7 @@ TensorId Session::identify(const c10::Storage& storage, const FirstSight& sight)
     if (table_.alive(id)) {
       // A storage from an earlier step still alive under the id this position gives (a loss
       // kept for logging): it leaves the session's care so the new one can take the id.
-      untrack(holder, id);
+      untrack(holder, id, in_use);
     } else {
       executor_->remove_tensor(id);
       table_.erase(holder);
@@ -444,9 +449,6 @@ std::uint64_t Session::expected_births(OpIndex k) const {
       births_previous_.names[k] == births_.names[k]) {
     return births_previous_.bytes[k];
   }
-  // The session's first step knows no output sizes yet: an eighth of the budget is kept free
-  // for them, besides the largest output seen so far.
-  if (births_previous_.names.empty()) return std::max(largest_birth_, config_.gpu_budget / 8);
   return largest_birth_;
 }
 
@@ -525,7 +527,7 @@ void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, 
   try {
     std::uint32_t slot = 0;
     for (const auto& s : inputs) {
-      const TensorId id = identify(s, FirstSight{op.k, 0, slot++, false});
+      const TensorId id = identify(s, FirstSight{op.k, 0, slot++, false}, op.used);
       if (std::find(op.used.begin(), op.used.end(), id) == op.used.end()) op.used.push_back(id);
     }
   } catch (...) {
@@ -547,8 +549,12 @@ void Session::on_op_end(const at::RecordFunction& fn, OpState& op, int depth) {
     });
   }
   std::lock_guard lock(mutex_);
-  if (!observing_ || !in_step_) {
+  if (!observing_) return;
+  if (!in_step_) {
     op.counted = false;
+    for (const auto& storage : outputs) {
+      if (TrackedStorage* entry = table_.find(storage.unsafeGetStorageImpl())) refresh_size(storage, *entry);
+    }
     return;
   }
   try {
@@ -566,7 +572,7 @@ void Session::finish_op(const at::RecordFunction& fn, OpState& op, int depth,
     ++op.nested;
     std::uint32_t slot = 0;
     for (const auto& s : outputs) {
-      const TensorId id = identify(s, FirstSight{op.k, op.nested, slot++, true});
+      const TensorId id = identify(s, FirstSight{op.k, op.nested, slot++, true}, op.used);
       if (std::find(op.used.begin(), op.used.end(), id) == op.used.end()) op.used.push_back(id);
     }
     return;
@@ -578,7 +584,7 @@ void Session::finish_op(const at::RecordFunction& fn, OpState& op, int depth,
   }
   std::uint32_t slot = 0;
   for (const auto& s : outputs) {
-    const TensorId id = identify(s, FirstSight{op.k, 0, slot++, true});
+    const TensorId id = identify(s, FirstSight{op.k, 0, slot++, true}, op.used);
     if (std::find(op.used.begin(), op.used.end(), id) == op.used.end()) op.used.push_back(id);
   }
   if (phase_ == SessionPhase::kProfile) {

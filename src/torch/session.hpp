@@ -120,8 +120,12 @@ class Session {
   bool on_device(const at::Tensor& tensor) const;
   void finish_op(const at::RecordFunction& fn, OpState& op, int depth,
                  const std::vector<c10::Storage>& outputs);
-  TensorId identify(const c10::Storage& storage, const FirstSight& sight);
-  void untrack(c10::StorageImpl* impl, TensorId id);
+  // The storage's id, tracking it from now on when it is new; `in_use` are the storages of the
+  // running operator, which making room for a fetch must not evict.
+  TensorId identify(const c10::Storage& storage, const FirstSight& sight,
+                    const std::vector<TensorId>& in_use);
+  void refresh_size(const c10::Storage& storage, TrackedStorage& entry);
+  void untrack(c10::StorageImpl* impl, TensorId id, const std::vector<TensorId>& in_use);
   void count_op(const at::RecordFunction& fn, OpState& op, trace::Phase phase);
   void run_before_op(OpState& op);
   void record_failure(std::exception_ptr error, const std::vector<TensorId>& used);

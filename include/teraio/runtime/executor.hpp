@@ -120,6 +120,8 @@ class Executor {
 
   // Makes tensors resident now (demand fetch, counted), outside the plan.
   void fetch(std::span<const TensorId> ids);
+  // The same, never evicting the tensors in `keep` to make room (an operator still uses them).
+  void fetch(std::span<const TensorId> ids, std::span<const TensorId> keep);
   // Makes every tracked tensor resident; throws Error{kInfeasible} naming the shortfall,
   // before moving anything, when they cannot all fit the budget.
   void fetch_all();
