@@ -28,6 +28,7 @@ def _data(n, batch=32):
 
 
 def _session(tmp_path, budget, **kw):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     return teraio.Session(gpu_budget=budget, ssd=[tmp_path], ssd_capacity="64MiB", device="cpu", **kw)
 
 
@@ -49,12 +50,15 @@ def test_read_fault_ends_the_step_with_a_teraio_error_and_loses_nothing(tmp_path
             pass
     assert failure.value.kind == "I/O error"
     session._set_faults(reads=False)
-    # Every tensor's bytes were kept where they were valid: all come back, and training goes on.
-    with session.resident():
-        assert all(torch.isfinite(p).all() for p in model.parameters())
-    optimizer.zero_grad()
-    assert torch.isfinite(_step(model, optimizer, *data[6], session))
+    # Every tensor's bytes were kept where they were valid: all come back when the session
+    # closes, and training goes on under a new one.
     session.close()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert all(torch.isfinite(t).all() for state in optimizer.state.values() for t in state.values())
+    optimizer.zero_grad()
+    fresh = _session(tmp_path / "again", 1_200_000)
+    assert torch.isfinite(_step(model, optimizer, *data[6], fresh))
+    fresh.close()
 
 
 def test_write_fault_keeps_the_tensor_resident_and_raises(tmp_path):
