@@ -232,6 +232,10 @@ class Session:
         finally:
             self._native.exit_resident()
 
+    def locations(self):
+        """Tracked storages by where their bytes are: {"device": (count, bytes), "ssd": ...}."""
+        return {k: tuple(v) for k, v in self._native.locations().items()}
+
     def migrations(self):
         return self._native.migrations()
 

@@ -234,6 +234,7 @@ void bind_session(py::module_& m) {
              d["hardware"] = s.session->hardware().describe();
              return d;
            })
+      .def("locations", [](NativeSession& s) { return s.session->locations(); })
       .def("engine_report", [](const NativeSession& s) { return s.session->engine_report(); })
       .def("save_trace",
            [](const NativeSession& s, const std::string& path) {

@@ -133,6 +133,22 @@ void Session::probe_bandwidths() {
   hardware_.gpudirect = false;
 }
 
+std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> Session::locations() {
+  std::lock_guard lock(mutex_);
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> out;
+  if (!observing_) return out;
+  table_.for_each([&](c10::StorageImpl* impl, TrackedStorage& entry) {
+    const bool alive = !entry.weak.expired();
+    const std::string where = executor_->contains(entry.id)
+                                  ? std::string(runtime::to_string(executor_->location(entry.id)))
+                                  : std::string("untracked");
+    auto& slot = out[alive ? where : where + " (freed)"];
+    slot.first += 1;
+    slot.second += alive ? impl->nbytes() : entry.bytes;
+  });
+  return out;
+}
+
 std::string Session::device_name() const {
   return device_.str();
 }

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -101,6 +102,8 @@ class Session {
   void set_migrations(std::vector<plan::Migration> migrations);
   const plan::Hardware& hardware() const { return hardware_; }
   std::string engine_report() const;
+  // Tracked storages by location ("device", "host", ...): count and bytes, for diagnosis.
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> locations();
   std::string device_name() const;
   void export_timeline(const std::string& path) const;
 

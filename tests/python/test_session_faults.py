@@ -188,3 +188,18 @@ def test_eval_between_steps_after_zero_grad_is_exact(tmp_path):
         with torch.no_grad():
             assert torch.equal(model(probe), reference_model(probe))
     session.close()
+
+
+def test_locations_say_where_the_storages_are(tmp_path):
+    model, optimizer = _model()
+    session = _session(tmp_path, 1_200_000)
+    for x, y in _data(5):
+        _step(model, optimizer, x, y, session)
+    where = session.locations()
+    assert set(where) <= {"device", "offloading", "host", "ssd", "fetching"}
+    assert sum(count for count, _ in where.values()) > 0
+    assert where.get("ssd", (0, 0))[1] > 0  # under this budget something lives on the SSD tier
+    with session.resident():
+        assert set(session.locations()) == {"device"}
+    session.close()
+    assert session.locations() == {}
