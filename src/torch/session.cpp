@@ -137,14 +137,12 @@ std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> Session::location
   std::lock_guard lock(mutex_);
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> out;
   if (!observing_) return out;
+  remove_dead();
   table_.for_each([&](c10::StorageImpl* impl, TrackedStorage& entry) {
-    const bool alive = !entry.weak.expired();
-    const std::string where = executor_->contains(entry.id)
-                                  ? std::string(runtime::to_string(executor_->location(entry.id)))
-                                  : std::string("untracked");
-    auto& slot = out[alive ? where : where + " (freed)"];
+    if (entry.weak.expired() || !executor_->contains(entry.id)) return;
+    auto& slot = out[std::string(runtime::to_string(executor_->location(entry.id)))];
     slot.first += 1;
-    slot.second += alive ? impl->nbytes() : entry.bytes;
+    slot.second += impl->nbytes();
   });
   return out;
 }
