@@ -295,11 +295,42 @@ struct Executor::State {
                config.budget, " bytes, at operator ", op, ": ", why);
   }
 
+  // Stops tracking a tensor the program freed: its transfer in flight (if any) is waited for
+  // and its extent released.
+  void forget(std::unordered_map<TensorId, Entry>::iterator found) {
+    const TensorId id = found->first;
+    Entry& e = found->second;
+    if (e.transfer.valid()) {
+      await(e, current_op);
+      const io::Transfer transfer = close_transfer(id, e);
+      try {
+        transfer.wait();
+      } catch (const Error& error) {
+        log::debug("transfer of freed tensor ", id, " failed: ", error.what());
+      }
+    }
+    if (e.extent) store.release(*e.extent);
+    if (idle_candidate(e)) idle.erase({e.last_use, id});
+    if (holds_device_memory(e.location)) resident -= e.bytes;
+    entries.erase(found);
+  }
+
+  // Forgets every tensor the program has freed; only needed when memory is short, so the
+  // owner does not have to report frees operator by operator.
+  void forget_freed() {
+    std::vector<TensorId> freed;
+    for (const auto& [id, e] : entries) {
+      if (!memory.alive(id)) freed.push_back(id);
+    }
+    for (const TensorId id : freed) forget(entries.find(id));
+  }
+
   // Outside kPassive, frees device memory until `incoming` more bytes fit the budget: first by
   // waiting for offloads already under way, then by evicting the least recently used idle
   // tensor. Tensors in `keep` stay.
   void make_room(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming) {
     if (mode == Mode::kPassive || config.budget == 0) return;
+    if (resident + incoming > config.budget) forget_freed();
     while (resident + incoming > config.budget) {
       auto offloading = std::find_if(in_flight.begin(), in_flight.end(), [&](TensorId id) {
         return entries.at(id).location == Location::kOffloading && !contains_id(keep, id);
@@ -355,6 +386,11 @@ struct Executor::State {
   void issue(const plan::Migration& migration, OpIndex op, std::span<const TensorId> used) {
     auto found = entries.find(migration.tensor);
     if (found == entries.end()) {
+      ++stats.skipped;
+      return;
+    }
+    if (!memory.alive(migration.tensor)) {
+      forget(found);
       ++stats.skipped;
       return;
     }
@@ -477,20 +513,7 @@ void Executor::remove_tensor(TensorId id) {
   std::lock_guard lock(s.mutex);
   auto found = s.entries.find(id);
   if (found == s.entries.end()) return;
-  State::Entry& e = found->second;
-  if (e.transfer.valid()) {
-    s.await(e, s.current_op);
-    const io::Transfer transfer = s.close_transfer(id, e);
-    try {
-      transfer.wait();
-    } catch (const Error& error) {
-      log::debug("transfer of freed tensor ", id, " failed: ", error.what());
-    }
-  }
-  if (e.extent) s.store.release(*e.extent);
-  if (State::idle_candidate(e)) s.idle.erase({e.last_use, id});
-  if (holds_device_memory(e.location)) s.resident -= e.bytes;
-  s.entries.erase(found);
+  s.forget(found);
 }
 
 bool Executor::contains(TensorId id) const {

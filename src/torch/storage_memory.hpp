@@ -21,6 +21,7 @@ class StorageMemory final : public runtime::TensorMemory {
  public:
   StorageMemory(StorageTable& table, io::DeviceCopier& copier, c10::Device device);
 
+  bool alive(TensorId id) override { return table_.alive(id); }
   void* data(TensorId id) override;
   void before_copy_out(TensorId id) override;
   void release(TensorId id) override;

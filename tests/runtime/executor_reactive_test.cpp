@@ -61,6 +61,23 @@ TEST(ExecutorReactive, EvictsLeastRecentlyUsedAndHoldsTheBudget) {
   }
 }
 
+TEST(ExecutorReactive, FreedTensorsAreForgottenNotEvicted) {
+  Rig rig(2 * kBytes);
+  Executor& ex = rig.executor();
+  ex.set_mode(Mode::kReactive);
+  ex.begin_step();
+  rig.add(1, kBytes);
+  rig.add(2, kBytes);
+  rig.memory().free_silently(1);  // the oldest, so the first eviction candidate
+  const std::vector<TensorId> used = {2};
+  ex.before_op(0, used, kBytes);  // room for a new output: tensor 1 no longer counts
+  EXPECT_FALSE(ex.contains(1));
+  EXPECT_EQ(ex.location(2), Location::kDevice);
+  EXPECT_EQ(ex.resident_bytes(), kBytes);
+  EXPECT_EQ(rig.memory().copy_outs(1), 0);
+  EXPECT_EQ(ex.end_step().evictions, 0u);
+}
+
 TEST(ExecutorReactive, ManyTensorsStayFast) {
   RigOptions options;
   options.host_capacity = 16 * kMiB;

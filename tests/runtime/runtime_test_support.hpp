@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "io/io_test_support.hpp"
@@ -34,7 +35,13 @@ class FakeMemory final : public TensorMemory {
     if (!buffer) ADD_FAILURE() << "data() of released tensor " << id;
     return buffer ? buffer->data() : nullptr;
   }
-  void before_copy_out(TensorId id) override { ++copy_outs_[id]; }
+  bool alive(TensorId id) override { return freed_.count(id) == 0; }
+  // The program freed the tensor without telling the executor.
+  void free_silently(TensorId id) { freed_.insert(id); }
+  void before_copy_out(TensorId id) override {
+    if (freed_.count(id) != 0) ADD_FAILURE() << "copy out of freed tensor " << id;
+    ++copy_outs_[id];
+  }
   void release(TensorId id) override {
     auto& buffer = buffers_.at(id);
     if (!buffer) {
@@ -64,6 +71,7 @@ class FakeMemory final : public TensorMemory {
 
  private:
   std::map<TensorId, std::size_t> sizes_;
+  std::set<TensorId> freed_;
   std::map<TensorId, std::unique_ptr<std::vector<std::byte>>> buffers_;
   std::map<TensorId, int> copy_outs_;
 };

@@ -13,6 +13,12 @@ using trace::TensorId;
 class TensorMemory {
  public:
   virtual ~TensorMemory() = default;
+  // False once the program has freed the tensor: the executor then forgets it instead of
+  // moving it (its owner need not report every free at once).
+  virtual bool alive(TensorId id) {
+    static_cast<void>(id);
+    return true;
+  }
   // Start of the memory a tensor holds now (device memory; host memory in CPU training).
   virtual void* data(TensorId id) = 0;
   // Called just before a copy out of the tensor is submitted: on CUDA it orders the engine's

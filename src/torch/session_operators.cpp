@@ -1,0 +1,307 @@
+// torch/session_operators: the session's per-operator half — what happens in the observer's
+// callbacks: which storages an operator uses, their ids, the executor's work before and after
+// the operator, and how a failure inside a callback is carried to the training code.
+#include <algorithm>
+
+#include "session.hpp"
+#include "teraio/core/error.hpp"
+#include "teraio/core/log.hpp"
+#include "teraio/core/strings.hpp"
+#include "teraio/core/units.hpp"
+
+namespace teraio::torch_binding {
+namespace {
+
+template <typename F>
+void for_each_tensor(const c10::IValue& value, const F& f) {
+  if (value.isTensor()) {
+    f(value.toTensor());
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& t : value.toTensorVector()) f(t);
+  } else if (value.isList()) {
+    for (const c10::IValue& item : value.toListRef()) for_each_tensor(item, f);
+  } else if (value.isTuple()) {
+    for (const c10::IValue& item : value.toTupleRef().elements()) for_each_tensor(item, f);
+  }
+}
+
+}  // namespace
+
+bool Session::on_device(const at::Tensor& tensor) const {
+  if (!tensor.defined() || !tensor.has_storage()) return false;
+  const c10::Storage& storage = tensor.storage();
+  const c10::Device device = storage.device();
+  if (device.type() != device_.type()) return false;
+  if (device_.is_cuda() && device.index() != device_.index()) return false;
+  // Storages over foreign memory (from_blob, numpy, DLPack, shared memory) have no allocator:
+  // they could not be given memory again once moved out.
+  return storage.allocator() != nullptr;
+}
+
+void Session::untrack(c10::StorageImpl* impl, TensorId id, const std::vector<TensorId>& in_use) {
+  if (executor_->contains(id)) {
+    const std::vector<TensorId> one{id};
+    executor_->fetch(one, in_use);
+    executor_->remove_tensor(id);
+  }
+  memory_->unpin_settled(*executor_);
+  table_.erase(impl);
+}
+
+void Session::refresh_size(const c10::Storage& storage, TrackedStorage& entry) {
+  if (storage.nbytes() != entry.bytes && storage.data() != nullptr &&
+      executor_->location(entry.id) == runtime::Location::kDevice) {
+    // Resized in place (an out= operator, resize_): the executor moves whole storages by size.
+    executor_->remove_tensor(entry.id);
+    executor_->add_tensor(entry.id, storage.nbytes());
+    entry.bytes = storage.nbytes();
+  }
+}
+
+TensorId Session::identify(const c10::Storage& storage, const FirstSight& sight,
+                           const std::vector<TensorId>& in_use) {
+  c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+  if (TrackedStorage* entry = table_.find(impl)) {
+    refresh_size(storage, *entry);
+    return entry->id;
+  }
+  TensorId id = 0;
+  if (phase_ == SessionPhase::kWarmup) {
+    id = (1ull << 63) | warmup_ids_++;
+  } else {
+    id = tensor_id_for(sight);
+    if (phase_ == SessionPhase::kPlanned && !diverged_) {
+      const auto profiled = plan_bytes_.find(id);
+      if (profiled == plan_bytes_.end()) {
+        diverge(cat("operator ", sight.op, " created a storage the profile did not have"));
+      } else if (profiled->second != storage.nbytes()) {
+        diverge(cat("operator ", sight.op, " created a storage of ", storage.nbytes(),
+                    " bytes, the profile had ", profiled->second, " (a different shape)"));
+      }
+    }
+  }
+  if (c10::StorageImpl* holder = table_.holder_of(id)) {
+    if (table_.alive(id)) {
+      // A storage from an earlier step still alive under the id this position gives (a loss
+      // kept for logging): it leaves the session's care so the new one can take the id.
+      untrack(holder, id, in_use);
+    } else {
+      executor_->remove_tensor(id);
+      table_.erase(holder);
+    }
+  }
+  table_.add(storage, id, step_index_);
+  executor_->add_tensor(id, storage.nbytes());
+  if (in_step_ && sight.output) {
+    if (births_.bytes.size() <= sight.op) births_.bytes.resize(sight.op + 1, 0);
+    births_.bytes[sight.op] += storage.nbytes();
+    largest_birth_ = std::max(largest_birth_, births_.bytes[sight.op]);
+  }
+  return id;
+}
+
+void Session::record_failure(std::exception_ptr error, const std::vector<TensorId>& used) {
+  // RecordFunction swallows exceptions from callbacks and runs the operator anyway, and not
+  // every kernel checks for an empty data pointer. So a storage that could not be fetched gets
+  // zeroed scratch memory for this operator (its bytes stay valid in the tier, and the next
+  // fetch replaces the scratch), the training code is stopped at its next Python statement,
+  // and the step ends with this error.
+  for (const TensorId id : used) {
+    c10::StorageImpl* impl = table_.find_id(id);
+    if (impl != nullptr && table_.alive(id)) memory_->give_scratch(impl);
+  }
+  if (pending_error_) return;
+  pending_error_ = error;
+  // Raised by the next callback, outside the session's lock: the interrupt takes the GIL,
+  // which threads holding the GIL may be waiting to give up while they wait for this lock.
+  interrupt_due_ = true;
+}
+
+void Session::interrupt_if_due() {
+  if (interrupt_due_.exchange(false) && config_.on_failure) config_.on_failure();
+}
+
+void Session::count_op(const at::RecordFunction& fn, OpState& op, trace::Phase phase) {
+  op.counted = true;
+  op.k = op_counter_++;
+  op.nested = 0;
+  op.used.clear();
+  const char* name = fn.name();
+  op.name = name;
+  births_.names.emplace_back(name != nullptr ? name : "?");
+  if (phase_ == SessionPhase::kProfile) recorder_.add_op(name != nullptr ? name : "?", phase);
+  if (phase_ == SessionPhase::kPlanned && !diverged_) {
+    if (op.k >= plan_op_names_.size()) {
+      diverge(cat("more than the ", plan_op_names_.size(), " profiled operators"));
+    } else if (plan_op_names_[op.k] != (name != nullptr ? name : "")) {
+      diverge(cat("operator ", op.k, " is ", name, ", the profile had ", plan_op_names_[op.k]));
+    }
+  }
+}
+
+std::uint64_t Session::expected_births(OpIndex k) const {
+  if (k < births_previous_.bytes.size() && k < births_previous_.names.size() && k < births_.names.size() &&
+      births_previous_.names[k] == births_.names[k]) {
+    return births_previous_.bytes[k];
+  }
+  return largest_birth_;
+}
+
+std::exception_ptr Session::explain_failure(const Error& error, const OpState& op) {
+  if (error.kind() != ErrorKind::kInfeasible && error.kind() != ErrorKind::kTierFull) {
+    return std::make_exception_ptr(error);
+  }
+  std::uint64_t working_set = 0;
+  for (const TensorId id : op.used) {
+    if (c10::StorageImpl* impl = table_.find_id(id)) working_set += impl->nbytes();
+  }
+  if (config_.gpu_budget == 0 || working_set <= config_.gpu_budget) return std::make_exception_ptr(error);
+  const std::string name = op.name != nullptr ? op.name : "?";
+  std::string hint;
+  if (name.rfind("aten::_foreach", 0) == 0 || name.rfind("aten::_fused", 0) == 0) {
+    hint =
+        " A foreach or fused optimizer updates every parameter in one operator: create it with foreach=False "
+        "(and fused=False) so that its step streams parameter by parameter.";
+  }
+  return std::make_exception_ptr(Error(
+      ErrorKind::kInfeasible, cat("gpu_budget ", format_bytes(config_.gpu_budget), " is below what operator ",
+                                  op.k, " (", name, ") uses at once: ", format_bytes(working_set),
+                                  "; no plan can run it.", hint, " (", error.what(), ")")));
+}
+
+void Session::run_before_op(OpState& op) {
+  try {
+    // Freed storages are swept at the step's end; the executor asks for liveness itself when
+    // memory is short. Only the strong references of settled transfers go per operator.
+    memory_->unpin_settled(*executor_);
+    executor_->before_op(op.k, op.used, expected_births(op.k));
+    for (const TensorId id : op.used) {
+      c10::StorageImpl* impl = table_.find_id(id);
+      if (impl != nullptr && impl->data_ptr().get() == nullptr && impl->nbytes() > 0) {
+        throw Error(ErrorKind::kInternal,
+                    cat("operator ", op.k, ": tensor ", id, " is not resident after its fetch (",
+                        runtime::to_string(executor_->location(id)), ")"));
+      }
+    }
+  } catch (const Error& e) {
+    record_failure(explain_failure(e, op), op.used);
+  } catch (...) {
+    record_failure(std::current_exception(), op.used);
+  }
+  if (phase_ == SessionPhase::kProfile) timer_->start(op.k);
+  op.start_s = executor_->now_s();
+}
+
+void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, trace::Phase phase) {
+  interrupt_if_due();
+  if (depth > 0) return;  // nested: the outermost operator already covers its inputs
+  op.counted = false;
+  std::vector<c10::Storage> inputs;
+  for (const c10::IValue& value : fn.inputs()) {
+    for_each_tensor(value, [&](const at::Tensor& t) {
+      if (on_device(t) && t.storage().nbytes() >= config_.min_tensor_bytes) inputs.push_back(t.storage());
+    });
+  }
+  std::lock_guard lock(mutex_);
+  if (!observing_) return;
+  if (!in_step_) {
+    // Between steps: operators on offloaded storages fetch them on demand.
+    std::vector<TensorId> ids;
+    for (const auto& s : inputs) {
+      if (const TrackedStorage* entry = table_.find(s.unsafeGetStorageImpl())) ids.push_back(entry->id);
+    }
+    if (ids.empty()) return;
+    try {
+      remove_dead();
+      executor_->fetch(ids);
+    } catch (...) {
+      record_failure(std::current_exception(), ids);
+    }
+    return;
+  }
+  if (inputs.empty()) return;  // counted at its end if it produces storages on the device
+  count_op(fn, op, phase);
+  try {
+    std::uint32_t slot = 0;
+    for (const auto& s : inputs) {
+      const TensorId id = identify(s, FirstSight{op.k, 0, slot++, false}, op.used);
+      if (std::find(op.used.begin(), op.used.end(), id) == op.used.end()) op.used.push_back(id);
+    }
+  } catch (...) {
+    // Nothing may escape a callback (RecordFunction would swallow it and run the operator).
+    record_failure(std::current_exception(), op.used);
+    for (const auto& s : inputs) memory_->give_scratch(s.unsafeGetStorageImpl());
+    return;
+  }
+  run_before_op(op);
+}
+
+void Session::on_op_end(const at::RecordFunction& fn, OpState& op, int depth) {
+  interrupt_if_due();
+  if (depth > 0 && !op.counted) return;
+  std::vector<c10::Storage> outputs;
+  for (const c10::IValue& value : fn.outputs()) {
+    for_each_tensor(value, [&](const at::Tensor& t) {
+      if (on_device(t) && t.storage().nbytes() >= config_.min_tensor_bytes) outputs.push_back(t.storage());
+    });
+  }
+  std::lock_guard lock(mutex_);
+  if (!observing_) return;
+  if (!in_step_) {
+    op.counted = false;
+    for (const auto& storage : outputs) {
+      if (TrackedStorage* entry = table_.find(storage.unsafeGetStorageImpl())) refresh_size(storage, *entry);
+    }
+    return;
+  }
+  try {
+    finish_op(fn, op, depth, outputs);
+  } catch (...) {
+    record_failure(std::current_exception(), {});
+  }
+}
+
+void Session::finish_op(const at::RecordFunction& fn, OpState& op, int depth,
+                        const std::vector<c10::Storage>& outputs) {
+  if (depth > 0) {
+    // Storages created inside an operator (saved for backward, say) are tracked from birth.
+    if (outputs.empty()) return;
+    ++op.nested;
+    std::uint32_t slot = 0;
+    for (const auto& s : outputs) {
+      const TensorId id = identify(s, FirstSight{op.k, op.nested, slot++, true}, op.used);
+      if (std::find(op.used.begin(), op.used.end(), id) == op.used.end()) op.used.push_back(id);
+    }
+    return;
+  }
+  if (!op.counted) {
+    if (outputs.empty()) return;
+    count_op(fn, op, trace::Phase::kForward);
+    run_before_op(op);
+  }
+  std::uint32_t slot = 0;
+  for (const auto& s : outputs) {
+    const TensorId id = identify(s, FirstSight{op.k, 0, slot++, true}, op.used);
+    if (std::find(op.used.begin(), op.used.end(), id) == op.used.end()) op.used.push_back(id);
+  }
+  if (phase_ == SessionPhase::kProfile) {
+    timer_->stop(op.k);
+    for (const TensorId id : op.used) {
+      if (c10::StorageImpl* impl = table_.find_id(id)) recorder_.use(id, op.k, impl->nbytes());
+    }
+  }
+  if (op_spans_.size() < 200000 && (phase_ == SessionPhase::kProfile || phase_ == SessionPhase::kPlanned)) {
+    const char* name = fn.name();
+    op_spans_.push_back(runtime::OpSpan{name != nullptr ? name : "?", op.start_s, executor_->now_s(),
+                                        static_cast<std::uint32_t>(step_index_)});
+  }
+  try {
+    memory_->unpin_settled(*executor_);
+    executor_->after_op(op.k, op.used);
+  } catch (...) {
+    record_failure(std::current_exception(), {});
+  }
+  op.counted = false;
+}
+
+}  // namespace teraio::torch_binding
