@@ -155,6 +155,7 @@ class Session:
         min_tensor_bytes=4096,
         rank=None,
         _fault_injection=False,
+        _enqueue_host_copies=None,
     ):
         if isinstance(ssd, (str, os.PathLike)):
             ssd = [ssd]
@@ -175,6 +176,7 @@ class Session:
             "min_tensor_bytes": _size(min_tensor_bytes, "min_tensor_bytes"),
             "rank": int(rank),
             "fault_injection": bool(_fault_injection),
+            "enqueue_host_copies": _enqueue_host_copies,
         }
         for key, value in (bandwidths or {}).items():
             if key not in ("d2h", "h2d", "ssd_read", "ssd_write"):

@@ -76,6 +76,12 @@ class CudaCopyEvent final : public CopyEvent {
     return true;
   }
   void wait() override { check(cudaEventSynchronize(event_), cat("cudaEventSynchronize(", what_, ")")); }
+  // The wait binds to the event's latest record, so the event may go back to the pool and be
+  // recorded again by another copy without changing what this stream waits for.
+  void block_stream(void* stream) override {
+    check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), event_, 0),
+          cat("cudaStreamWaitEvent(", what_, ")"));
+  }
 
  private:
   std::shared_ptr<EventPool> pool_;
@@ -133,28 +139,24 @@ class CudaCopier final : public DeviceCopier {
     check(cudaMalloc(&p, n == 0 ? 1 : n), cat("cudaMalloc(", format_bytes(n), " on ", name(), ")"));
     return p;
   }
-  void wait_for_stream(void* compute_stream) override {
+  void wait_for_stream(void* compute_stream, CopyDirection direction) override {
     check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
     auto* stream = static_cast<cudaStream_t>(compute_stream);
+    const bool to_host = direction == CopyDirection::kToHost;
     cudaEvent_t event = events_->take();
     // The event is only a marker in the compute stream; giving it back right away is safe
-    // because both waits below are enqueued before it can be recorded again.
-    const auto give_back = [&] { events_->give_back(event); };
+    // because the wait below binds to this record before the event can be recorded again.
     try {
       check(cudaEventRecord(event, stream), "cudaEventRecord(compute stream)");
-      {
-        std::lock_guard lock(to_host_mutex_);
-        check(cudaStreamWaitEvent(to_host_.get(), event, 0), "cudaStreamWaitEvent(device->host stream)");
-      }
-      {
-        std::lock_guard lock(to_device_mutex_);
-        check(cudaStreamWaitEvent(to_device_.get(), event, 0), "cudaStreamWaitEvent(host->device stream)");
-      }
+      std::lock_guard lock(to_host ? to_host_mutex_ : to_device_mutex_);
+      check(
+          cudaStreamWaitEvent((to_host ? to_host_ : to_device_).get(), event, 0),
+          to_host ? "cudaStreamWaitEvent(device->host stream)" : "cudaStreamWaitEvent(host->device stream)");
     } catch (...) {
-      give_back();
+      events_->give_back(event);
       throw;
     }
-    give_back();
+    events_->give_back(event);
   }
 
   void free_device(void* device) override {

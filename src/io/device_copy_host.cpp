@@ -15,6 +15,7 @@ class CompletedEvent final : public CopyEvent {
  public:
   bool ready() override { return true; }
   void wait() override {}
+  void block_stream(void*) override {}
 };
 
 class HostCopier final : public DeviceCopier {

@@ -59,7 +59,9 @@ TierStore::TierStore(DeviceCopier& copier, EngineConfig config)
   host_ = std::make_unique<HostTier>(copier_, config_.host_capacity, config_.pin_host_in_background);
   if (!config_.ssd_paths.empty()) open_ssd_tier();
   const unsigned threads = std::max(1u, config_.transfer_threads);
-  for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { run_workers(); });
+  for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { run_queue(queue_); });
+  workers_.emplace_back([this] { run_queue(to_host_watch_); });
+  workers_.emplace_back([this] { run_queue(to_device_watch_); });
 }
 
 void TierStore::open_ssd_tier() {
@@ -137,9 +139,10 @@ void TierStore::shutdown() {
   {
     std::lock_guard lock(mutex_);
     closing_ = true;
-    cancelled.swap(queue_);
+    cancelled.swap(queue_.jobs);
   }
-  queued_.notify_all();
+  // Watched copies are already on the device: they are waited for, not cancelled.
+  for (JobQueue* queue : {&queue_, &to_host_watch_, &to_device_watch_}) queue->queued.notify_all();
   for (Job& job : cancelled) {
     finish_job(job, std::make_exception_ptr(
                         Error(ErrorKind::kShutdown, "transfer cancelled: the tier store is shutting down")));
@@ -213,9 +216,73 @@ Transfer TierStore::submit(const Extent& extent, const void* memory, std::string
     Record& record = *found->second;
     if (!label.empty()) record.label = std::move(label);
     ++record.busy;
-    queue_.push_back(Job{state, &record, std::move(work)});
+    queue_.jobs.push_back(Job{state, &record, std::move(work)});
   }
-  queued_.notify_one();
+  queue_.queued.notify_one();
+  return Transfer(state);
+}
+
+bool TierStore::enqueues(const Extent& extent, MemoryKind kind) const {
+  return extent.tier == TierKind::kHost && kind == MemoryKind::kDevice && extent.bytes > 0 &&
+         !config_.checksums && config_.enqueue_host_copies.value_or(copier_.is_cuda());
+}
+
+Transfer TierStore::submit_host_copy(const Extent& extent, void* device, CopyDirection direction,
+                                     std::string label) {
+  const bool to_host = direction == CopyDirection::kToHost;
+  if (device == nullptr) {
+    throw Error(ErrorKind::kInvalidArgument, cat("transfer of extent ", extent.id, " with a null buffer"));
+  }
+  host_->wait_pinned();
+  auto state = std::make_shared<TransferState>();
+  JobQueue& watch = to_host ? to_host_watch_ : to_device_watch_;
+  {
+    std::lock_guard lock(mutex_);
+    auto found = records_.find(extent.id);
+    if (closing_ || found == records_.end()) {
+      if (!closing_) throw Error(ErrorKind::kInvalidArgument, cat("transfer of unknown extent ", extent.id));
+      state->finish(
+          std::make_exception_ptr(Error(ErrorKind::kShutdown, cat("transfer of extent ", extent.id,
+                                                                  " refused: the tier store is shut down"))));
+      return Transfer(state);
+    }
+    Record& record = *found->second;
+    if (!to_host && record.write_failed) {
+      state->finish(std::make_exception_ptr(Error(
+          ErrorKind::kIo, cat("read of extent ", record.id, " '", record.label, "' (", record.bytes,
+                              " bytes) on the host tier refused: its last write failed, its contents are "
+                              "undefined"))));
+      return Transfer(state);
+    }
+    std::byte* at = host_->data(record.host_offset);
+    // Under the store's lock, so that the copies reach their stream in submission order and
+    // the watcher waits for them in the order they complete.
+    state->device_side = to_host ? std::shared_ptr<CopyEvent>(copier_.to_host(at, device, record.bytes))
+                                 : std::shared_ptr<CopyEvent>(copier_.to_device(device, at, record.bytes));
+    if (!label.empty()) record.label = std::move(label);
+    ++record.busy;
+    watch.jobs.push_back(Job{state, &record, [this, event = state->device_side, to_host](Record& r) {
+                               if (!to_host) {
+                                 event->wait();
+                                 host_bytes_read_ += r.bytes;
+                                 return;
+                               }
+                               std::exception_ptr failure;
+                               try {
+                                 event->wait();
+                               } catch (...) {
+                                 failure = std::current_exception();
+                               }
+                               {
+                                 std::lock_guard guard(mutex_);
+                                 r.checksum.reset();
+                                 r.write_failed = failure != nullptr;
+                               }
+                               if (failure) std::rethrow_exception(failure);
+                               host_bytes_written_ += r.bytes;
+                             }});
+  }
+  watch.queued.notify_one();
   return Transfer(state);
 }
 
@@ -227,15 +294,15 @@ void TierStore::finish_job(Job& job, std::exception_ptr error) {
   job.state->finish(std::move(error));
 }
 
-void TierStore::run_workers() {
+void TierStore::run_queue(JobQueue& queue) {
   for (;;) {
     Job job;
     {
       std::unique_lock lock(mutex_);
-      queued_.wait(lock, [this] { return closing_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
+      queue.queued.wait(lock, [&] { return closing_ || !queue.jobs.empty(); });
+      if (queue.jobs.empty()) return;
+      job = std::move(queue.jobs.front());
+      queue.jobs.pop_front();
     }
     std::exception_ptr error;
     try {
@@ -248,6 +315,9 @@ void TierStore::run_workers() {
 }
 
 Transfer TierStore::write(const Extent& extent, const void* src, MemoryKind kind, std::string label) {
+  // The copier reads the source; the const is dropped only to share submit_host_copy with reads.
+  if (enqueues(extent, kind))
+    return submit_host_copy(extent, const_cast<void*>(src), CopyDirection::kToHost, std::move(label));
   return submit(extent, src, std::move(label), [this, src, kind](Record& record) {
     try {
       write_now(record, src, kind);
@@ -260,6 +330,7 @@ Transfer TierStore::write(const Extent& extent, const void* src, MemoryKind kind
 }
 
 Transfer TierStore::read(const Extent& extent, void* dst, MemoryKind kind) {
+  if (enqueues(extent, kind)) return submit_host_copy(extent, dst, CopyDirection::kToDevice, {});
   return submit(extent, dst, {}, [this, dst, kind](Record& record) { read_now(record, dst, kind); });
 }
 

@@ -93,6 +93,18 @@ struct Executor::State {
   // kDevice tensors by last use: the front is the eviction candidate.
   std::set<std::pair<std::uint64_t, TensorId>> idle;
   std::vector<TensorId> in_flight;  // in submission order
+  // Transfers whose device side is settled (the device waits for them) but which the host has
+  // not seen complete yet; `release` is the extent to give back then (a finished prefetch, or a
+  // taken-back offload). Each still holds its extent busy in the store.
+  struct Settling {
+    TensorId id = 0;
+    io::Transfer transfer;
+    TransferSpan span;
+    std::optional<io::Extent> release;
+    // A taken-back offload: the device bytes stayed valid, so its failure is only logged.
+    bool dropped = false;
+  };
+  std::vector<Settling> settling;  // in submission order
   std::uint64_t use_clock = 0;
   std::uint64_t resident = 0;
   std::uint64_t steps_begun = 0;
@@ -142,6 +154,12 @@ struct Executor::State {
     count_bytes(direction, e.extent->tier, e.bytes);
   }
 
+  // Takes a transfer still running off the entry (its span is recorded when it settles).
+  io::Transfer close_transfer_open(TensorId id, Entry& e) {
+    in_flight.erase(std::find(in_flight.begin(), in_flight.end(), id));
+    return std::exchange(e.transfer, io::Transfer{});
+  }
+
   // Takes the finished transfer off the entry and records its span.
   io::Transfer close_transfer(TensorId id, Entry& e) {
     e.span.end_s = now_s();
@@ -170,6 +188,8 @@ struct Executor::State {
   }
 
   void start_fetch(TensorId id, Entry& e, bool planned) {
+    // Its copy out may still be settling: the read must not overtake the write.
+    if (std::exception_ptr failure = settle(id, current_op)) std::rethrow_exception(failure);
     void* fresh = memory.reallocate(id);
     try {
       e.transfer = store.read(*e.extent, fresh, io::MemoryKind::kDevice);
@@ -191,6 +211,74 @@ struct Executor::State {
     const double end = now_s();
     stats.stalls.push_back(StallSpan{op, start, end});
     stats.stall_s += end - start;
+  }
+
+  // Hands the entry's transfer over to the device (its device_side() must be set): the memory
+  // of an offload is released behind its copy, a prefetched tensor may be used behind its copy.
+  // The host retires the transfer later (retire_settled), when it sees it complete.
+  void settle_on_device(TensorId id, Entry& e) {
+    io::CopyEvent& copy = *e.transfer.device_side();
+    // Handed over first: if that fails the entry is untouched and the host-wait path can
+    // still finish the transfer.
+    if (e.location == Location::kOffloading) {
+      memory.release_after(id, copy);
+    } else {
+      TERAIO_ASSERT(e.location == Location::kFetching);
+      memory.use_after(id, copy);
+    }
+    Settling settled{id, close_transfer_open(id, e), e.span, std::nullopt, false};
+    if (e.location == Location::kOffloading) {
+      set_location(id, e, offloaded_location(e.extent->tier));
+    } else {
+      settled.release = std::exchange(e.extent, std::nullopt);
+      set_location(id, e, Location::kDevice);
+    }
+    ++stats.device_waits;
+    settling.push_back(std::move(settled));
+  }
+
+  static bool settles_on_device(const Entry& e) { return e.transfer.device_side() != nullptr; }
+
+  // Retires one settled transfer the host has seen complete (or waits for it when `wait`).
+  // Its failure concerns bytes the device already relied on, so it is returned to be raised.
+  std::exception_ptr retire_settled(std::size_t index, bool wait, OpIndex op) {
+    Settling done = std::move(settling[index]);
+    settling.erase(settling.begin() + static_cast<std::ptrdiff_t>(index));
+    if (wait && !done.transfer.ready()) {
+      const double start = now_s();
+      while (!done.transfer.wait_for(std::chrono::seconds(1))) {
+      }
+      const double end = now_s();
+      stats.stalls.push_back(StallSpan{op, start, end});
+      stats.stall_s += end - start;
+    }
+    done.span.end_s = now_s();
+    stats.transfers.push_back(done.span);
+    std::exception_ptr failure;
+    try {
+      done.transfer.wait();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    // A failed prefetch still gives its extent back: the tensor's operators have already read
+    // the device memory, so the step fails with this error either way.
+    if (done.release) store.release(*done.release);
+    if (failure && done.dropped) {
+      log_lost(failure);
+      return nullptr;
+    }
+    return failure;
+  }
+
+  // Waits for the settling transfers of one tensor: before its extent is read again or given back.
+  std::exception_ptr settle(TensorId id, OpIndex op) {
+    std::exception_ptr first;
+    for (std::size_t i = settling.size(); i-- > 0;) {
+      if (settling[i].id != id) continue;
+      std::exception_ptr failure = retire_settled(i, true, op);
+      if (failure && !first) first = failure;
+    }
+    return first;
   }
 
   // Retires a finished transfer. An offload frees the device memory; a prefetch frees the
@@ -230,6 +318,15 @@ struct Executor::State {
   // An offload still in flight whose tensor is needed again: the device copy never stopped
   // being valid, so the copy out is dropped once the store is done with it.
   void take_back(TensorId id, Entry& e, OpIndex op) {
+    if (settles_on_device(e)) {
+      // The copy out only reads the memory, which stays the tensor's: nothing to wait for. The
+      // extent goes back once the host sees the copy done.
+      Settling dropped{id, close_transfer_open(id, e), e.span, std::exchange(e.extent, std::nullopt), true};
+      settling.push_back(std::move(dropped));
+      set_location(id, e, Location::kDevice);
+      ++stats.cancelled_offloads;
+      return;
+    }
     await(e, op);
     const io::Transfer transfer = close_transfer(id, e);
     try {
@@ -248,11 +345,17 @@ struct Executor::State {
   // its bytes are valid, so it is returned rather than thrown: the caller first finishes
   // making the operator's tensors resident.
   std::exception_ptr retire_completed() {
+    std::exception_ptr settled_failure;
+    for (std::size_t i = settling.size(); i-- > 0;) {
+      if (!settling[i].transfer.ready()) continue;
+      std::exception_ptr failure = retire_settled(i, false, current_op);
+      if (failure && !settled_failure) settled_failure = failure;
+    }
     std::vector<TensorId> done;
     for (const TensorId id : in_flight) {
       if (entries.at(id).transfer.ready()) done.push_back(id);
     }
-    std::exception_ptr first;
+    std::exception_ptr first = settled_failure;
     for (const TensorId id : done) {
       try {
         finish(id, entries.at(id));
@@ -300,6 +403,7 @@ struct Executor::State {
   void forget(std::unordered_map<TensorId, Entry>::iterator found) {
     const TensorId id = found->first;
     Entry& e = found->second;
+    if (std::exception_ptr failure = settle(id, current_op)) log_lost(failure);
     if (e.transfer.valid()) {
       await(e, current_op);
       const io::Transfer transfer = close_transfer(id, e);
@@ -338,6 +442,10 @@ struct Executor::State {
       if (offloading != in_flight.end()) {
         const TensorId id = *offloading;
         Entry& e = entries.at(id);
+        if (settles_on_device(e)) {
+          settle_on_device(id, e);
+          continue;
+        }
         await(e, op);
         finish(id, e);
         continue;
@@ -357,6 +465,10 @@ struct Executor::State {
                                     e.bytes, " bytes)")));
       }
       ++stats.evictions;
+      if (settles_on_device(e)) {
+        settle_on_device(id, e);
+        continue;
+      }
       await(e, op);
       finish(id, e);
     }
@@ -366,6 +478,10 @@ struct Executor::State {
     make_room(op, keep, e.bytes);
     start_fetch(id, e, false);
     ++stats.demand_fetches;
+    if (settles_on_device(e)) {
+      settle_on_device(id, e);
+      return;
+    }
     await(e, op);
     finish(id, e);
   }
@@ -375,6 +491,10 @@ struct Executor::State {
       case Location::kDevice: return;
       case Location::kOffloading: take_back(id, e, op); return;
       case Location::kFetching:
+        if (settles_on_device(e)) {
+          settle_on_device(id, e);
+          return;
+        }
         await(e, op);
         finish(id, e);
         return;
@@ -431,6 +551,15 @@ struct Executor::State {
 
   void drain() {
     std::exception_ptr first;
+    while (!settling.empty()) {
+      std::exception_ptr failure = retire_settled(0, true, current_op);
+      if (!failure) continue;
+      if (first) {
+        log_lost(failure);
+      } else {
+        first = failure;
+      }
+    }
     while (!in_flight.empty()) {
       const TensorId id = in_flight.front();
       Entry& e = entries.at(id);

@@ -208,8 +208,8 @@ void save_file(const std::vector<std::tuple<std::string, std::string, at::Tensor
   // The copies out start after the kernels already queued on torch's current streams, which
   // may still be producing the tensors (or their contiguous copies).
   for (const auto& [device, copier] : copiers)
-    (*copier).wait_for_stream(
-        c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
+    (*copier).wait_for_stream(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream(),
+                              io::CopyDirection::kToHost);
 #endif
   st::save_file(views, metadata, path, options);
 }

@@ -23,6 +23,8 @@ py::dict step_dict(const StepRecord& r) {
   d["mode"] = std::string(runtime::to_string(s.mode));
   d["time_s"] = r.time_s;
   d["stall_s"] = s.stall_s;
+  d["device_stall_s"] = r.device_stall_s;
+  d["device_waits"] = s.device_waits;
   d["bytes_to_host"] = s.bytes_to_host;
   d["bytes_to_ssd"] = s.bytes_to_ssd;
   d["bytes_from_host"] = s.bytes_from_host;
@@ -122,6 +124,8 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   c.ssd_read_bandwidth = get("ssd_read", 0.0);
   c.ssd_write_bandwidth = get("ssd_write", 0.0);
   c.probe_bytes = get("probe_bytes", c.probe_bytes);
+  if (d.contains("enqueue_host_copies") && !d["enqueue_host_copies"].is_none())
+    c.enqueue_host_copies = d["enqueue_host_copies"].cast<bool>();
   if (get("fault_injection", false)) {
     c.wrap_backend = [faults](std::unique_ptr<io::IoBackend> real, const std::string&) {
       return make_faulty_backend(std::move(real), faults);
@@ -221,6 +225,13 @@ void bind_session(py::module_& m) {
                d["planning_s"] = result->stats.planning_s;
                d["message"] = result->diagnosis.message;
                d["min_feasible_budget"] = result->diagnosis.min_feasible_budget;
+             }
+             if (const auto& p = s.session->prediction()) {
+               d["profiled_step_s"] = p->profiled_step_s;
+               d["predicted_step_s"] = p->step_s;
+               d["predicted_stall_s"] = p->stall_s;
+               d["bound_step_s"] = p->bound_step_s;
+               d["bound_reason"] = p->bound_reason;
              }
              const auto& trace = s.session->trace();
              std::uint64_t footprint = 0;

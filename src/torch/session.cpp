@@ -9,6 +9,7 @@
 #include "teraio/core/log.hpp"
 #include "teraio/core/strings.hpp"
 #include "teraio/core/units.hpp"
+#include "teraio/plan/simulator.hpp"
 #include "teraio/trace/lifetime.hpp"
 #include "tier_probe.hpp"
 
@@ -72,6 +73,7 @@ Session::Session(SessionConfig config) : config_(std::move(config)), device_(par
   // Pinning a large host tier takes seconds (pages are faulted in): done on a thread.
   engine.pin_host_in_background = true;
   engine.wrap_backend = config_.wrap_backend;
+  engine.enqueue_host_copies = config_.enqueue_host_copies;
   store_ = std::make_unique<io::TierStore>(*copier_, engine);
   memory_ = std::make_unique<StorageMemory>(table_, *copier_, device_);
   runtime::ExecutorConfig executor_config;
@@ -195,6 +197,7 @@ StepRecord Session::end_step() {
       diverge(cat("the step ran ", op_counter_, " operators, the profiled one ", trace_->ops.size()));
     }
     record.stats = executor_->end_step();
+    record.device_stall_s = memory_->collect_device_stall();
     record.diverged = diverged_;
     if (timeline_steps_.size() < 16) timeline_steps_.push_back(record.stats);
   }
@@ -282,6 +285,20 @@ void Session::make_plan() {
   phase_ = SessionPhase::kPlanned;
 }
 
+void Session::predict() {
+  PlanPrediction p;
+  plan::SimulationOptions options;
+  options.enforce_budget = true;  // as the runtime does: reactive eviction covers a shortfall
+  const plan::SimulationResult simulated = plan::simulate(*trace_, plan_->plan, hardware_, options);
+  p.profiled_step_s = simulated.ideal_step_time_s;
+  p.step_s = simulated.step_time_s;
+  p.stall_s = simulated.stall_s;
+  const plan::StepBound bound = plan::step_time_bound(*trace_, hardware_);
+  p.bound_step_s = bound.bound_s;
+  p.bound_reason = bound.reason;
+  prediction_ = p;
+}
+
 void Session::set_migrations(std::vector<plan::Migration> migrations) {
   std::lock_guard lock(mutex_);
   if (phase_ == SessionPhase::kClosed) throw Error(ErrorKind::kShutdown, "the TeraIO session is closed");
@@ -299,6 +316,7 @@ void Session::set_migrations(std::vector<plan::Migration> migrations) {
   plan_bytes_.clear();
   for (const auto& tensor : trace_->tensors) plan_bytes_[tensor.id] = tensor.bytes;
   executor_->set_plan(plan_->plan);
+  predict();
 }
 
 void Session::stop_with_everything_back() {

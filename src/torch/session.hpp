@@ -50,6 +50,8 @@ struct SessionConfig {
   double ssd_read_bandwidth = 0;
   double ssd_write_bandwidth = 0;
   std::uint64_t probe_bytes = 64ull << 20;
+  // io::EngineConfig::enqueue_host_copies (tests force it on the CPU, where it is off).
+  std::optional<bool> enqueue_host_copies;
   // Called (from the failing operator's thread) when a storage-engine error first hits a step,
   // so that the binding can stop the training code at its next Python statement.
   std::function<void()> on_failure;
@@ -61,11 +63,24 @@ struct SessionConfig {
 enum class SessionPhase { kWarmup, kProfile, kPlanned, kPassive, kClosed };
 std::string_view to_string(SessionPhase phase);
 
+// What the simulator predicts for the plan on the profiled trace, and the bandwidth bound no
+// plan can beat: printed beside the measured step so that the model's error is visible.
+struct PlanPrediction {
+  double profiled_step_s = 0;  // sum of the profiled operator durations
+  double step_s = 0;           // simulated step under the plan, budget enforced
+  double stall_s = 0;
+  double bound_step_s = 0;  // plan::step_time_bound
+  std::string bound_reason;
+};
+
 struct StepRecord {
   std::uint64_t step = 0;
   SessionPhase phase = SessionPhase::kWarmup;
   runtime::StepStats stats;
   double time_s = 0;
+  // GPU time the compute stream waited for copies handed to the device (CUDA; not in
+  // stats.stall_s, which is the operator thread's own waiting).
+  double device_stall_s = 0;
   std::size_t ops = 0;
   bool diverged = false;
   bool planned_now = false;  // the plan was made at the end of this step
@@ -98,6 +113,7 @@ class Session {
   const std::vector<StepRecord>& steps() const { return steps_; }
   const std::optional<trace::Trace>& trace() const { return trace_; }
   const std::optional<plan::PlanResult>& plan() const { return plan_; }
+  const std::optional<PlanPrediction>& prediction() const { return prediction_; }
   // Replaces the plan's migrations (plan_filter); they must name tensors of the trace.
   void set_migrations(std::vector<plan::Migration> migrations);
   const plan::Hardware& hardware() const { return hardware_; }
@@ -139,6 +155,7 @@ class Session {
   std::uint64_t expected_births(OpIndex k) const;
   std::vector<TensorId> tracked_ids(const std::vector<at::Tensor>& tensors);
   void make_plan();
+  void predict();
   void go_passive();
   void stop_with_everything_back();
   void diverge(const std::string& why);
@@ -157,6 +174,7 @@ class Session {
   plan::Hardware hardware_;
   std::optional<trace::Trace> trace_;
   std::optional<plan::PlanResult> plan_;
+  std::optional<PlanPrediction> prediction_;
   std::vector<std::string> plan_op_names_;
   std::unordered_map<TensorId, std::uint64_t> plan_bytes_;  // profiled size of each tensor
   // Bytes of storages each operator created in the previous step and in this one: the room

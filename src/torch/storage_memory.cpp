@@ -30,7 +30,7 @@ c10::DataPtr allocate_on(c10::StorageImpl* impl, c10::Device device) {
 }  // namespace
 
 StorageMemory::StorageMemory(StorageTable& table, io::DeviceCopier& copier, c10::Device device)
-    : table_(table), copier_(copier), device_(device) {}
+    : table_(table), copier_(copier), device_(device), clock_(make_device_wait_clock(device)) {}
 
 c10::StorageImpl* StorageMemory::storage(TensorId id) const {
   // A freed storage must never be touched again: reviving it would free it twice.
@@ -56,7 +56,9 @@ void* StorageMemory::data(TensorId id) {
 void StorageMemory::before_copy_out(TensorId id) {
   pin(id, storage(id));
 #ifdef TERAIO_TORCH_CUDA
-  if (device_.is_cuda()) copier_.wait_for_stream(c10::cuda::getCurrentCUDAStream(device_.index()).stream());
+  if (device_.is_cuda())
+    copier_.wait_for_stream(c10::cuda::getCurrentCUDAStream(device_.index()).stream(),
+                            io::CopyDirection::kToHost);
 #endif
 }
 
@@ -66,6 +68,18 @@ void StorageMemory::release(TensorId id) {
   pinned_.erase(id);
 }
 
+void StorageMemory::release_after(TensorId id, io::CopyEvent& copied_out) {
+  // The wait is queued before the block goes back: the allocator hands it out again only to
+  // work queued after the wait on the compute stream.
+  clock_->block(copied_out);
+  release(id);
+}
+
+void StorageMemory::use_after(TensorId id, io::CopyEvent& copied_in) {
+  static_cast<void>(id);
+  clock_->block(copied_in);
+}
+
 void* StorageMemory::reallocate(TensorId id) {
   c10::StorageImpl* impl = storage(id);
   pin(id, impl);
@@ -73,7 +87,9 @@ void* StorageMemory::reallocate(TensorId id) {
 #ifdef TERAIO_TORCH_CUDA
   // The caching allocator hands out blocks whose last users may still be queued on the
   // compute stream; the copy in runs on the engine's stream, so it must wait for them.
-  if (device_.is_cuda()) copier_.wait_for_stream(c10::cuda::getCurrentCUDAStream(device_.index()).stream());
+  if (device_.is_cuda())
+    copier_.wait_for_stream(c10::cuda::getCurrentCUDAStream(device_.index()).stream(),
+                            io::CopyDirection::kToDevice);
 #endif
   return impl->data_ptr().get();
 }

@@ -3,14 +3,17 @@
 // an object; the observer fetches the bytes back before any operator touches them) and gives
 // the memory back to PyTorch's allocator only after the copy out has completed; moving it in
 // allocates through the storage's own allocator (CUDA: the caching allocator, on the compute
-// stream) and installs the new pointer. A storage with a transfer in flight is held by a
-// strong reference, so the program cannot free memory a copy is still reading or writing.
+// stream) and installs the new pointer. Where the executor hands a wait to the device, the
+// compute stream waits for the copy's event before the block is reused or the tensor is read. A storage with
+// a transfer in flight is held by a strong reference, so the program cannot free memory a copy is still
+// reading or writing.
 #pragma once
 
 #include <c10/core/Device.h>
 
 #include <unordered_map>
 
+#include "device_wait_clock.hpp"
 #include "storage_table.hpp"
 #include "teraio/io/device_copy.hpp"
 #include "teraio/runtime/executor.hpp"
@@ -26,6 +29,11 @@ class StorageMemory final : public runtime::TensorMemory {
   void before_copy_out(TensorId id) override;
   void release(TensorId id) override;
   void* reallocate(TensorId id) override;
+  // The compute stream waits for the copy on the device (timed by the wait clock).
+  void release_after(TensorId id, io::CopyEvent& copied_out) override;
+  void use_after(TensorId id, io::CopyEvent& copied_in) override;
+  // Seconds the compute stream waited for copies since the last call (once per step).
+  double collect_device_stall() { return clock_->collect(); }
 
   // Drops the strong references of storages whose transfers have settled.
   void unpin_settled(const runtime::Executor& executor);
@@ -40,6 +48,7 @@ class StorageMemory final : public runtime::TensorMemory {
   StorageTable& table_;
   io::DeviceCopier& copier_;
   c10::Device device_;
+  std::unique_ptr<DeviceWaitClock> clock_;
   std::unordered_map<TensorId, c10::intrusive_ptr<c10::StorageImpl>> pinned_;
 };
 

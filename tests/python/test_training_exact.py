@@ -215,6 +215,15 @@ def test_gpt_adamw_exact_at_probed_bandwidths(device, swap_dir):
     check_case(gpt, adamw, device, swap_dir, bandwidths=None)
 
 
+def test_waits_handed_to_the_device_stay_exact(device, swap_dir):
+    # Host-tier copies enqueued when submitted carry a device-side event, so the executor hands
+    # its waits to the device instead of blocking (on CUDA by default; forced here on the CPU).
+    run = check_case(gpt, adamw, device, swap_dir, host_budget="64MiB", ssd=[], _enqueue_host_copies=True)
+    planned = planned_steps(run)
+    assert all(s["device_waits"] > 0 for s in planned), [s["device_waits"] for s in planned]
+    assert all(s["bytes_to_ssd"] == 0 and s["bytes_to_host"] > 0 for s in planned), planned
+
+
 def test_gradient_accumulation_exact(device, swap_dir):
     check_case(gpt, adamw, device, swap_dir, accumulate=3)
 

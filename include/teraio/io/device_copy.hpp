@@ -14,12 +14,19 @@ namespace teraio::io {
 // Where a buffer handed to the engine lives.
 enum class MemoryKind { kHost, kDevice };
 
+// Which of the copier's two streams.
+enum class CopyDirection { kToHost, kToDevice };
+
 // Completion of one asynchronous copy. wait() rethrows a copy failure as teraio::Error.
 class CopyEvent {
  public:
   virtual ~CopyEvent() = default;
   virtual bool ready() = 0;
   virtual void wait() = 0;
+  // Makes the work queued on `stream` (a cudaStream_t) after this call wait for the copy, on
+  // the device: the host does not block, so the GPU's queue of launched kernels is not drained.
+  // The host copier has no streams and its copies have completed already: nothing to do.
+  virtual void block_stream(void* stream) = 0;
 };
 
 class DeviceCopier {
@@ -35,10 +42,15 @@ class DeviceCopier {
   // Page-locks host memory for DMA (cudaHostRegister); no-op for the host copier.
   virtual void pin(void* host, std::size_t n) = 0;
   virtual void unpin(void* host) = 0;
-  // Later copies in both directions start only after the work queued so far on compute_stream
-  // (a cudaStream_t; nullptr is the legacy default stream) has finished: how copies out of a
-  // tensor are ordered after the kernels that still use it. Nothing to order on the host copier.
-  virtual void wait_for_stream(void* compute_stream) { static_cast<void>(compute_stream); }
+  // Later copies in `direction` start only after the work queued so far on compute_stream (a
+  // cudaStream_t; nullptr is the legacy default stream) has finished: how a copy out of a tensor
+  // is ordered after the kernels that produce it, and a copy into a fresh allocation after the
+  // kernels that last used its block. Only that direction waits: a prefetch must not queue
+  // behind the compute that an offload waits for. Nothing to order on the host copier.
+  virtual void wait_for_stream(void* compute_stream, CopyDirection direction) {
+    static_cast<void>(compute_stream);
+    static_cast<void>(direction);
+  }
   // Device memory for tests and benchmarks (cudaMalloc / aligned host memory).
   virtual void* allocate_device(std::size_t n) = 0;
   virtual void free_device(void* device) = 0;

@@ -57,6 +57,12 @@ struct EngineConfig {
   bool use_cufile = true;          // try GPUDirect Storage for device memory (CUDA copier only)
   bool unlink_swap_files = false;  // unlink right after open (space freed at exit)
   bool direct_io = true;           // O_DIRECT where the filesystem allows it
+  // Host-tier transfers of device memory enqueue their copy on the submitting thread, so that
+  // the transfer has a device-side event (Transfer::device_side) the caller's stream can wait
+  // on. nullopt: when the copier is CUDA (on the host copier the copy would run synchronously
+  // on the submitting thread; tests turn it on there). Never with checksums (the hash needs the
+  // bytes on the host first).
+  std::optional<bool> enqueue_host_copies;
   int rank = 0;
   // Test seam: wraps the backend of each path (fault injection). Empty: none.
   std::function<std::unique_ptr<IoBackend>(std::unique_ptr<IoBackend> real, const std::string& path)>
@@ -141,10 +147,16 @@ class TierStore {
     Record* record = nullptr;
     std::function<void(Record&)> work;
   };
+  struct JobQueue {
+    std::deque<Job> jobs;
+    std::condition_variable queued;
+  };
   Transfer submit(const Extent& extent, const void* memory, std::string label,
                   std::function<void(Record&)> work);
+  bool enqueues(const Extent& extent, MemoryKind kind) const;
+  Transfer submit_host_copy(const Extent& extent, void* device, CopyDirection direction, std::string label);
   void finish_job(Job& job, std::exception_ptr error);
-  void run_workers();
+  void run_queue(JobQueue& queue);
   void write_now(Record& record, const void* src, MemoryKind kind);
   void read_now(Record& record, void* dst, MemoryKind kind);
   void open_ssd_tier();
@@ -164,8 +176,11 @@ class TierStore {
   mutable std::mutex mutex_;
   std::unordered_map<std::uint64_t, std::unique_ptr<Record>> records_;
   std::uint64_t next_id_ = 1;
-  std::deque<Job> queue_;
-  std::condition_variable queued_;
+  JobQueue queue_;  // transfers the workers carry out
+  // Host-tier copies already enqueued on the device, one queue per copy stream: a watcher
+  // thread waits for each in order (a stream completes its copies in order) and finishes it.
+  JobQueue to_host_watch_;
+  JobQueue to_device_watch_;
   bool closing_ = false;
   std::vector<std::thread> workers_;
 };

@@ -8,6 +8,8 @@
 #include <memory>
 #include <mutex>
 
+#include "teraio/io/device_copy.hpp"
+
 namespace teraio::io {
 
 struct TransferState {
@@ -15,6 +17,8 @@ struct TransferState {
   std::condition_variable finished;
   bool done = false;
   std::exception_ptr error;
+  // Set before the transfer is handed out, constant afterwards (see Transfer::device_side).
+  std::shared_ptr<CopyEvent> device_side;
 
   void finish(std::exception_ptr failure);
 };
@@ -32,6 +36,12 @@ class Transfer {
   // Waits at most timeout; true when finished (then wait() returns or throws at once).
   bool wait_for(std::chrono::nanoseconds timeout) const;
   bool valid() const { return state_ != nullptr; }
+  // For a transfer whose device-memory side is one copy enqueued when it was submitted (host
+  // tier <-> CUDA device memory): that copy's event. Work ordered after it on the device
+  // (CopyEvent::block_stream) may reuse a write's source or use a read's destination before
+  // the transfer as a whole is seen done on the host. Null otherwise: then only wait() or
+  // ready() tell when the device memory is free or filled.
+  CopyEvent* device_side() const { return state_ ? state_->device_side.get() : nullptr; }
 
  private:
   std::shared_ptr<TransferState> state_;

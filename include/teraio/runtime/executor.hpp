@@ -2,7 +2,10 @@
 // each operator it issues the migrations the plan schedules there (urgent ones first) through
 // the tier store, and makes the tensors the operator uses resident: it waits for their
 // prefetches, fetches on demand what a wrong plan left out (counted), and takes back an offload
-// still in flight. Device memory is released only once the copy out has completed. Without a
+// still in flight. Device memory is released only once the copy out has completed. Where a
+// transfer's device side is one enqueued copy (host tier on CUDA), those waits are handed to the
+// device (TensorMemory::release_after / use_after) and the host only later sees the transfer
+// done ("settling"); otherwise the operator thread waits (a stall). Without a
 // plan (profiling, divergence) a reactive mode holds the budget: the least recently used idle
 // tensor is evicted when tracked memory exceeds it. Single operator thread; no torch here.
 #pragma once
@@ -68,6 +71,9 @@ struct StepStats {
   std::uint64_t demand_fetches = 0;      // tensor used while not resident (wrong or no plan)
   std::uint64_t evictions = 0;           // reactive offloads
   std::uint64_t cancelled_offloads = 0;  // tensor used or prefetched while its copy out ran
+  // Waits handed to the device (TensorMemory::release_after / use_after) instead of the host:
+  // the GPU time they cost is not in stall_s (the torch binding measures it on CUDA).
+  std::uint64_t device_waits = 0;
   std::uint64_t skipped = 0;  // planned migration not possible: tensor unknown, tier full, wrong state
   std::uint64_t bytes_to_host = 0;
   std::uint64_t bytes_from_host = 0;

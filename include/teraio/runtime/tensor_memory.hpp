@@ -3,6 +3,7 @@
 // tests implement it over plain buffers. Every call comes from the thread that runs operators.
 #pragma once
 
+#include "teraio/io/device_copy.hpp"
 #include "teraio/trace/trace.hpp"
 
 namespace teraio::runtime {
@@ -29,6 +30,21 @@ class TensorMemory {
   // Gives the tensor a fresh allocation of its size and returns its start. The executor fills
   // it and waits for the fill before any operator uses the tensor.
   virtual void* reallocate(TensorId id) = 0;
+  // Drops the tensor's memory once `copied_out` (the device side of its copy out) completes.
+  // On CUDA the compute stream waits for the copy on the device and the block goes back to
+  // the allocator at once, so the host does not drain the GPU's queue; the default waits on
+  // the host.
+  virtual void release_after(TensorId id, io::CopyEvent& copied_out) {
+    copied_out.wait();
+    release(id);
+  }
+  // Orders every later use of the tensor after `copied_in`, the copy that fills the memory
+  // reallocate() gave it: on CUDA the compute stream waits on the device; the default waits
+  // on the host.
+  virtual void use_after(TensorId id, io::CopyEvent& copied_in) {
+    static_cast<void>(id);
+    copied_in.wait();
+  }
 };
 
 }  // namespace teraio::runtime
