@@ -1,0 +1,904 @@
+#!/usr/bin/env python3
+"""End-to-end training benchmark (issue 5): TeraIO against ideal and the PyTorch-native ways of
+training under a GPU memory budget, on the workloads W1, W2, W3 of shared/WORKLOADS.md.
+
+For each mode it measures the median step time over the measured steps, the share of ideal
+(ideal's median / the mode's median), peak GPU memory (allocated and reserved), peak pinned host
+memory, bytes moved per tier per step, stall time per step, TeraIO's predicted step time for its
+plan (and that model's error), and whether every loss equals ideal's bit for bit.
+
+Every mode runs in a fresh process (this script, re-invoked with --child MODE), so none inherits
+another's caching allocator, pinned memory or CUDA context; a child that fails, runs out of memory
+or hangs is reported in the table and the others still run. A budget is emulated with
+torch.cuda.set_per_process_memory_fraction(budget / total) for every mode but ideal; TeraIO's
+gpu_budget is the budget less --reserve (memory TeraIO does not track: cuBLAS workspace,
+allocator slack). Writes OUT/<workload>-<budget>.json and .md, prints the table.
+
+On the GPU machine (one H100; the native module built; transformers and matplotlib installed),
+from the repository root, one workload and budget per command:
+  python3 bench/train_llm.py --workload W1 --budget 24GiB --out out/train_llm \\
+      --modes ideal,teraio-host,teraio-ssd,teraio-mixed,ckpt,save_on_cpu,fsdp2-offload
+  python3 bench/train_llm.py --workload W2 --budget 16GiB --out out/train_llm --steps 3
+  python3 bench/train_llm.py --workload W3 --budget 79GiB --extrapolate 2,4,6 --out out/train_llm \\
+      --modes ideal,teraio-host,teraio-mixed,fsdp2-offload
+  python3 bench/train_llm.py --plot-from out/train_llm      # share-of-ideal bar chart of every table there
+A quick check on a CPU (no transformers needed: the tiny workload falls back to teraio.models.gpt):
+  python3 bench/train_llm.py --workload tiny --teraio-budget 1MiB --ssd-dir /tmp/swap --ssd-capacity 64MiB \\
+      --modes ideal,teraio-ssd,ckpt,save_on_cpu --out /tmp/train_llm
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import functools
+import importlib.util
+import json
+import os
+import pathlib
+import platform
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+
+if "--no-deterministic" not in sys.argv:
+    # cuBLAS picks its reduction order by workspace: a fixed workspace makes it repeatable. It must
+    # be set before CUDA starts; use_deterministic_algorithms refuses cuBLAS without it.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import torch  # noqa: E402
+
+if importlib.util.find_spec("teraio") is None:
+    sys.path.append(str(pathlib.Path(__file__).resolve().parents[1] / "python"))
+
+SCRIPT = pathlib.Path(__file__).resolve()
+GIB = 1 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    hidden: int
+    layers: int
+    ffn: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    batch: int
+    seq: int
+    micro_batches: int
+    precision: str  # "bf16-autocast" (fp32 parameters), "fp32-tf32" or "fp32"
+    needs_transformers: bool = True
+
+
+WORKLOADS = {
+    "W1": Workload(hidden=2048, layers=16, ffn=5632, heads=16, kv_heads=16, vocab=32000, batch=8, seq=2048,
+                   micro_batches=1, precision="bf16-autocast"),
+    "W2": Workload(hidden=4096, layers=8, ffn=14336, heads=32, kv_heads=8, vocab=32000, batch=1, seq=4096,
+                   micro_batches=16, precision="bf16-autocast"),
+    "W3": Workload(hidden=4096, layers=32, ffn=14336, heads=32, kv_heads=8, vocab=128256, batch=1, seq=2048,
+                   micro_batches=32, precision="fp32-tf32"),
+    "tiny": Workload(hidden=64, layers=2, ffn=128, heads=4, kv_heads=2, vocab=256, batch=2, seq=32, micro_batches=2,
+                     precision="fp32", needs_transformers=False),
+}
+
+MODES = {
+    "ideal": "no memory cap",
+    "teraio-host": "TeraIO, host tier only (--host-budget)",
+    "teraio-ssd": "TeraIO, SSD tier only (--ssd-dir, --ssd-capacity)",
+    "teraio-mixed": "TeraIO, host tier capped (--mixed-host-budget) and SSD tier",
+    "ckpt": "activation checkpointing of every decoder layer (use_reentrant=False)",
+    "save_on_cpu": "torch.autograd.graph.save_on_cpu(pin_memory=True) around forward and backward",
+    "fsdp2-offload": "FSDP2 fully_shard with CPUOffloadPolicy(pin_memory=True), one process",
+}
+# Modes that keep every model state (parameters, gradients, two AdamW states) on the GPU.
+STATES_ON_GPU = ("ideal", "ckpt", "save_on_cpu")
+STATE_BYTES_PER_PARAM = 16  # fp32 parameter, gradient and two AdamW moments
+LR = 1e-4
+STEP_FIELDS = ("phase", "mode", "stall_s", "bytes_to_host", "bytes_from_host", "bytes_to_ssd", "bytes_from_ssd",
+               "demand_fetches", "evictions", "peak_resident")
+# Reported by newer native builds only (device-side waits): recorded when present.
+OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits")
+PLAN_PREDICTIONS = ("predicted_step_s", "predicted_stall_s", "bound_step_s", "profiled_step_s")
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", choices=list(WORKLOADS), help="workload of shared/WORKLOADS.md, or tiny (CPU test)")
+    p.add_argument("--budget", help="GPU memory cap, e.g. 24GiB (default: none); bytes without the native module")
+    p.add_argument("--modes", default="ideal,teraio-host,ckpt,save_on_cpu,fsdp2-offload",
+                   help="comma-separated modes (see --list-modes); default %(default)s")
+    p.add_argument("--out", default="out/train_llm", help="directory for the table, JSON and timelines")
+    p.add_argument("--steps", type=int, default=3, help="measured steps per mode (default 3)")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="warm-up steps of the non-TeraIO modes (default 2); TeraIO modes warm up for "
+                        "1 + --profile-steps steps, so that their first measured step is a planned one")
+    p.add_argument("--layers", type=int, help="override the workload's number of decoder layers")
+    p.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa", help="attention implementation (transformers)")
+    p.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
+                   help="torch.use_deterministic_algorithms(True) and a fixed cuBLAS workspace (default on)")
+    p.add_argument("--extrapolate", metavar="L1,L2,L3",
+                   help="measure ideal at L1 and L2 layers, fit time = a + b x layers, predict the workload's "
+                        "layer count, and check the line at L3 (for a model whose ideal does not fit)")
+    p.add_argument("--reserve", default="2GiB",
+                   help="cap minus TeraIO's gpu_budget: untracked memory such as the cuBLAS workspace and "
+                        "allocator slack (default %(default)s)")
+    p.add_argument("--teraio-budget",
+                   help="TeraIO's gpu_budget, set directly instead of budget - reserve (on a CPU, where there is "
+                        "no cap, this is what makes TeraIO move tensors)")
+    p.add_argument("--host-budget", default="48GiB", help="pinned host tier of teraio-host (default %(default)s)")
+    p.add_argument("--mixed-host-budget", help="host tier of teraio-mixed (default: half of --host-budget)")
+    p.add_argument("--ssd-dir", help="swap directory of teraio-ssd and teraio-mixed (default "
+                                     "/var/tmp/teraio/bench-swap/WORKLOAD); swap files are kept and reused: "
+                                     "deleting large files on that disk takes minutes")
+    p.add_argument("--ssd-capacity", default="48GiB", help="swap file size (default %(default)s)")
+    p.add_argument("--profile-steps", type=int, default=1, help="TeraIO profile steps (default 1)")
+    p.add_argument("--child-timeout", type=float, default=900, help="seconds before a mode is killed (default 900)")
+    p.add_argument("--alloc-conf", help="PYTORCH_CUDA_ALLOC_CONF for every mode, e.g. expandable_segments:True")
+    p.add_argument("--plot", action="store_true", help="after the run, plot every table in --out (matplotlib)")
+    p.add_argument("--plot-from", metavar="DIR", help="only plot the tables already in DIR")
+    p.add_argument("--list-modes", action="store_true", help="list the modes and exit")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--result", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.list_modes or args.plot_from or args.child:
+        return args
+    if args.workload is None:
+        p.error("--workload is required (W1, W2, W3 or tiny)")
+    args.mode_list = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in args.mode_list if m not in MODES]
+    if unknown:
+        p.error(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(MODES)}")
+    if args.steps < 1 or args.warmup < 0 or args.profile_steps < 1:
+        p.error("--steps and --profile-steps must be at least 1, --warmup at least 0")
+    try:
+        for name in ("budget", "reserve", "teraio_budget", "host_budget", "mixed_host_budget", "ssd_capacity"):
+            if getattr(args, name) is not None:
+                parse_size(getattr(args, name))
+        args.extrapolation = parse_layer_counts(args.extrapolate) if args.extrapolate else None
+    except ValueError as error:
+        p.error(str(error))
+    if any(m.startswith("teraio") for m in args.mode_list) and args.budget is None and args.teraio_budget is None:
+        p.error("TeraIO modes need --budget (gpu_budget = budget - reserve) or --teraio-budget")
+    return args
+
+
+def parse_size(text):
+    """Bytes in a size such as 24GiB, parsed by TeraIO; plain byte counts without its native module."""
+    try:
+        from teraio import _native
+    except ImportError:
+        if str(text).isdigit():
+            return int(text)
+        raise ValueError(f"size {text!r}: without TeraIO's native module only plain byte counts are accepted")
+    try:
+        return _native.parse_bytes(text)
+    except _native.Error as error:
+        raise ValueError(f"size {text!r}: {error}") from None
+
+
+def parse_layer_counts(text):
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        counts = []
+    if len(counts) != 3 or counts[0] == counts[1] or min(counts) < 1:
+        raise ValueError(f"--extrapolate {text!r}: want three layer counts L1,L2,L3 with L1 != L2")
+    return counts
+
+
+def workload_of(args):
+    workload = WORKLOADS[args.workload]
+    return dataclasses.replace(workload, layers=args.layers or workload.layers)
+
+
+def fmt_size(n):
+    if n is None:
+        return "–"
+    for unit, scale in (("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+# ---------------------------------------------------------------------------------------------
+# Child: the model, one mode's training, and what it measured
+
+
+@dataclasses.dataclass
+class LanguageModel:
+    module: torch.nn.Module
+    description: str
+    blocks: torch.nn.ModuleList  # the decoder layers: the unit of checkpointing and of sharding
+    uses_transformers: bool
+
+    def loss(self, batch, device):
+        if self.uses_transformers:
+            ids = batch.to(device)
+            return self.module(input_ids=ids, labels=ids).loss
+        tokens, targets = batch
+        return self.module(tokens.to(device), targets.to(device))
+
+
+def transformers_available():
+    return importlib.util.find_spec("transformers") is not None
+
+
+def llama_config(workload, attn):
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(hidden_size=workload.hidden, num_hidden_layers=workload.layers,
+                         num_attention_heads=workload.heads, num_key_value_heads=workload.kv_heads,
+                         intermediate_size=workload.ffn, vocab_size=workload.vocab,
+                         max_position_embeddings=workload.seq, use_cache=False)
+    config._attn_implementation = attn
+    return config
+
+
+def gpt_config(workload):
+    from teraio.models import GPTConfig
+
+    return GPTConfig(vocab=workload.vocab, d_model=workload.hidden, layers=workload.layers, heads=workload.heads,
+                     seq=workload.seq, batch=workload.batch, tie_weights=False)
+
+
+GPT_FALLBACK = ("teraio.models.gpt (transformers not installed; GPT blocks: MLP 4 x hidden, no grouped KV heads, "
+                "matmul attention)")
+
+
+def describe_model(attn):
+    return f"transformers LlamaForCausalLM ({attn} attention)" if transformers_available() else GPT_FALLBACK
+
+
+def new_language_model(workload, attn):
+    """The workload's model, on torch's default device."""
+    if transformers_available():
+        from transformers import LlamaForCausalLM
+
+        module = LlamaForCausalLM(llama_config(workload, attn))
+        return LanguageModel(module, describe_model(attn), module.model.layers, True)
+    if workload.needs_transformers:
+        raise RuntimeError("this workload needs transformers (pip install transformers); only the tiny workload "
+                           "has a built-in fallback model")
+    from teraio.models import GPT
+
+    module = GPT(gpt_config(workload))
+    return LanguageModel(module, GPT_FALLBACK, module.blocks, False)
+
+
+def build_model(workload, attn, device):
+    """The workload's model, initialised on `device` from seed 0."""
+    torch.manual_seed(0)
+    with _default_device(device):
+        lm = new_language_model(workload, attn)
+    lm.module.to(device).train()
+    return lm
+
+
+def _default_device(device):
+    # torch < 2.0 (Debian's CPU build) has no device context: its models are built on the CPU anyway.
+    return device if hasattr(torch.device, "__enter__") else contextlib.nullcontext()
+
+
+def count_parameters(workload, attn):
+    """Parameters of the workload's model, built on the meta device (no memory) where torch allows."""
+    with _default_device(torch.device("meta") if hasattr(torch.device, "__enter__") else torch.device("cpu")):
+        module = new_language_model(workload, attn).module
+    return sum(p.numel() for p in module.parameters())
+
+
+def make_batches(lm, workload, steps):
+    """Random tokens drawn on the CPU from seed 1: the same batches in every mode and on every device."""
+    g = torch.Generator().manual_seed(1)
+
+    def draw():
+        if lm.uses_transformers:
+            return torch.randint(0, workload.vocab, (workload.batch, workload.seq), generator=g)
+        from teraio.models import make_batch
+
+        return make_batch(g, workload.batch, workload.seq, workload.vocab)
+
+    return [[draw() for _ in range(workload.micro_batches)] for _ in range(steps)]
+
+
+def make_optimizer(module):
+    params = [p for p in module.parameters() if p.requires_grad]
+    # One param group per parameter, in every mode: TeraIO needs each optimizer operator to touch one
+    # parameter (a multi-tensor kernel over all parameters has every model state as its working set,
+    # which cannot fit a budget below the model states), and every mode must run the same math so
+    # that losses compare bit for bit. With one parameter per group the fused kernel updates one
+    # parameter per call.
+    groups = [{"params": [p]} for p in params]
+    if all(p.is_cuda for p in params):
+        return torch.optim.AdamW(groups, lr=LR, fused=True)
+    if torch.cuda.is_available():
+        # FSDP2's CPU-offloaded parameters: the peer gets its fastest optimizer, the fused CPU
+        # kernel over every parameter at once (its math differs from the CUDA kernel's anyway).
+        try:
+            return torch.optim.AdamW(params, lr=LR, fused=True)
+        except (RuntimeError, ValueError):
+            pass
+    # On a CPU-only machine fused AdamW may not exist (torch 1.13).
+    return torch.optim.AdamW(groups, lr=LR, foreach=False)
+
+
+def enable_checkpointing(lm):
+    if lm.uses_transformers:
+        lm.module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return
+    from torch.utils.checkpoint import checkpoint
+
+    for block in lm.blocks:
+        block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
+
+
+def shard_with_cpu_offload(lm):
+    try:
+        from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+    except ImportError:
+        from torch.distributed._composable.fsdp import CPUOffloadPolicy, fully_shard
+    policy = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
+    for block in lm.blocks:
+        fully_shard(block, offload_policy=policy)
+    fully_shard(lm.module, offload_policy=policy)
+
+
+@contextlib.contextmanager
+def single_process_group(device):
+    import torch.distributed as dist
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
+                            init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def teraio_tiers(args, mode):
+    """(host_budget, ssd paths) of a TeraIO mode."""
+    ssd = [args.ssd_dir or f"/var/tmp/teraio/bench-swap/{args.workload}"]
+    if mode == "teraio-host":
+        return args.host_budget, []
+    if mode == "teraio-ssd":
+        return 0, ssd
+    return (args.mixed_host_budget or parse_size(args.host_budget) // 2), ssd
+
+
+def teraio_gpu_budget(args):
+    if args.teraio_budget is not None:
+        return parse_size(args.teraio_budget)
+    return parse_size(args.budget) - parse_size(args.reserve)
+
+
+def open_session(args, mode, device):
+    import teraio
+
+    host, ssd = teraio_tiers(args, mode)
+    for path in ssd:
+        os.makedirs(path, exist_ok=True)
+    return teraio.Session(gpu_budget=teraio_gpu_budget(args), host_budget=host, ssd=ssd,
+                          ssd_capacity=args.ssd_capacity, warmup_steps=1, profile_steps=args.profile_steps,
+                          device=device)
+
+
+def configure_numerics(args, workload):
+    tf32 = workload.precision == "fp32-tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    if args.deterministic:
+        torch.use_deterministic_algorithms(True)
+
+
+def apply_cap(args, device, result):
+    if args.budget is None:
+        result["cap"] = "none"
+        return
+    if device.type != "cuda":
+        result["cap"] = "not enforced on CPU"
+        return
+    total = torch.cuda.get_device_properties(device).total_memory
+    fraction = min(1.0, parse_size(args.budget) / total)
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    result["cap"] = f"{fmt_size(parse_size(args.budget))} ({fraction:.4f} of {fmt_size(total)})"
+
+
+def train_step(lm, optimizer, micro_batches, workload, device, mode):
+    """Forward and backward of every micro-batch (gradients accumulated), then the optimizer step."""
+    losses = []
+    for batch in micro_batches:
+        saving = (torch.autograd.graph.save_on_cpu(pin_memory=device.type == "cuda") if mode == "save_on_cpu"
+                  else contextlib.nullcontext())
+        with saving:
+            with _autocast(workload, device):
+                loss = lm.loss(batch, device)
+            (loss / len(micro_batches)).backward()
+        losses.append(loss.detach())
+    optimizer.step()
+    lm.module.zero_grad(set_to_none=True)
+    return torch.stack(losses).mean()
+
+
+def _autocast(workload, device):
+    if workload.precision != "bf16-autocast":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train(args, workload, mode, device, result, stem):
+    configure_numerics(args, workload)
+    if mode == "ideal":
+        result["cap"] = "none (ideal)"
+    else:
+        apply_cap(args, device, result)
+    lm = build_model(workload, args.attn, device)
+    result["model"] = lm.description
+    if mode == "ckpt":
+        enable_checkpointing(lm)
+    teraio_mode = mode.startswith("teraio")
+    warmup = 1 + args.profile_steps if teraio_mode else args.warmup
+    batches = make_batches(lm, workload, warmup + args.steps)
+    with contextlib.ExitStack() as stack:
+        if mode == "fsdp2-offload":
+            stack.enter_context(single_process_group(device))
+            shard_with_cpu_offload(lm)
+        optimizer = make_optimizer(lm.module)
+        session = stack.enter_context(open_session(args, mode, device)) if teraio_mode else None
+        for i, micro_batches in enumerate(batches):
+            _sync(device)
+            started = time.perf_counter()
+            with session.step() if session is not None else contextlib.nullcontext():
+                loss = train_step(lm, optimizer, micro_batches, workload, device, mode)
+            _sync(device)
+            record = {"step": i, "measured": i >= warmup, "time_s": time.perf_counter() - started}
+            record["loss"] = loss.item()
+            record["loss_hex"] = float(record["loss"]).hex()
+            if session is not None:
+                record.update({k: session.last_step[k] for k in STEP_FIELDS})
+                record.update({k: session.last_step[k] for k in OPTIONAL_STEP_FIELDS if k in session.last_step})
+            result["steps"].append(record)
+            print_step(args, mode, record, len(batches))
+        if session is not None:
+            result["teraio"] = teraio_summary(session, f"{stem}-{mode}-timeline.json")
+
+
+def print_step(args, mode, record, total):
+    line = (f"  [{args.workload} {mode}] step {record['step'] + 1}/{total} "
+            f"{'measured' if record['measured'] else 'warm-up '} {record['time_s']:.3f} s loss {record['loss']:.5f}")
+    if "phase" in record:
+        moved = record["bytes_to_host"] + record["bytes_to_ssd"]
+        line += f"  {record['phase']}/{record['mode']} stall {record['stall_s']:.3f} s out {fmt_size(moved)}"
+        if record["demand_fetches"]:
+            line += f" demand {record['demand_fetches']}"
+    print(line, flush=True)
+
+
+def teraio_summary(session, timeline):
+    report = session.report()
+    session.export_timeline(timeline)
+    plan = dict(report["plan"])
+    return {"phase": session.phase, "plan": plan, "predictions": {k: plan.get(k) for k in PLAN_PREDICTIONS},
+            "backends": report["backends"], "gpu_budget": report["gpu_budget"], "host_budget": report["host_budget"],
+            "footprint_bytes": report["footprint_bytes"], "planned_peak_bytes": report["planned_peak_bytes"],
+            "timeline": timeline}
+
+
+def memory_peaks(device, result):
+    """Peak GPU memory over the whole child and peak pinned host memory where it can be seen."""
+    peaks = {"peak_allocated": None, "peak_reserved": None, "host_memory_stats": None, "pinned_host_peak": None,
+             "pinned_host_source": None}
+    if device.type != "cuda":
+        return peaks
+    pinned_budget = (result.get("teraio") or {}).get("host_budget")
+    if pinned_budget:
+        peaks.update(pinned_host_peak=pinned_budget, pinned_host_source="TeraIO host tier (host_budget)")
+    peaks["peak_allocated"] = torch.cuda.max_memory_allocated(device)
+    peaks["peak_reserved"] = torch.cuda.max_memory_reserved(device)
+    stats_of = getattr(torch.cuda, "host_memory_stats", None)
+    if stats_of is None:
+        return peaks
+    stats = dict(stats_of())
+    peaks["host_memory_stats"] = stats
+    key = next((k for k in ("allocated_bytes.peak", "allocated_bytes.all.peak") if k in stats),
+               next((k for k in stats if k.endswith(".peak") and "bytes" in k and "alloc" in k), None))
+    if key is not None and stats[key]:
+        # TeraIO's host tier is pinned outside torch's host allocator: both count.
+        peaks["pinned_host_peak"] = (pinned_budget or 0) + stats[key]
+        peaks["pinned_host_source"] = " + ".join(filter(None, [peaks["pinned_host_source"], f"torch {key}"]))
+    return peaks
+
+
+def failure_status(error):
+    message = str(error).strip()
+    if "out of memory" in message.lower():
+        return "oom"
+    kind = getattr(error, "kind", None)
+    first = message.splitlines()[0] if message else ""
+    return f"error: {type(error).__name__}{f' ({kind})' if kind else ''}: {first[:300]}"
+
+
+def run_mode(args, mode):
+    workload = workload_of(args)
+    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    result = {"mode": mode, "layers": workload.layers, "status": "ok", "steps": []}
+    started = time.perf_counter()
+    try:
+        train(args, workload, mode, device, result, out_stem(args))
+    except Exception as error:  # noqa: BLE001 - reported in the table; the other modes still run
+        traceback.print_exc()
+        result["status"] = failure_status(error)
+        result["error_detail"] = str(error)[:4000]
+    result["wall_s"] = time.perf_counter() - started
+    result.update(memory_peaks(device, result))
+    return result
+
+
+def probe(args):
+    """What the parent needs before it starts: device, versions, and the model's size."""
+    workload = workload_of(args)
+    info = {"status": "ok", "torch": torch.__version__, "cuda": torch.cuda.is_available(),
+            "host_available_bytes": host_available_bytes()}
+    if info["cuda"]:
+        props = torch.cuda.get_device_properties(0)
+        info.update(device=props.name, gpu_total_bytes=props.total_memory)
+    else:
+        info.update(device=f"cpu ({platform.machine()}, {os.cpu_count()} cores)", gpu_total_bytes=None)
+    info.update(transformers=None, model=describe_model(args.attn))
+    if transformers_available():
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    one = count_parameters(dataclasses.replace(workload, layers=1), args.attn)
+    two = count_parameters(dataclasses.replace(workload, layers=2), args.attn)
+    info.update(params_per_layer=two - one, params_fixed=one - (two - one))
+    return info
+
+
+def host_available_bytes():
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def child_main(args):
+    if args.child == "probe":
+        try:
+            result = probe(args)
+        except Exception as error:  # noqa: BLE001 - the parent says why it cannot run
+            result = {"status": failure_status(error)}
+    else:
+        result = run_mode(args, args.child)
+    with open(args.result, "w") as f:
+        json.dump(result, f, default=str)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Parent: run the modes, summarise, write the table
+
+
+def out_stem(args):
+    budget = args.budget.replace(" ", "") if args.budget else "nocap"
+    layers = f"-{args.layers}L" if args.layers else ""
+    return str(pathlib.Path(args.out) / f"{args.workload}{layers}-{budget}")
+
+
+def run_child(args, argv, mode, layers=None):
+    result_path = f"{out_stem(args)}-{mode}{f'-{layers}L' if layers else ''}.result.json"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(result_path)
+    command = [sys.executable, str(SCRIPT), *argv, "--child", mode, "--result", result_path]
+    if layers:
+        command += ["--layers", str(layers)]
+    env = dict(os.environ)
+    if args.alloc_conf:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = args.alloc_conf
+    try:
+        done = subprocess.run(command, env=env, timeout=args.child_timeout)
+    except subprocess.TimeoutExpired:
+        return {"mode": mode, "status": f"timeout after {args.child_timeout:g} s", "steps": []}
+    try:
+        with open(result_path) as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        how = f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit code {done.returncode}"
+        return {"mode": mode, "status": f"error: child {how}, no result", "steps": []}
+    os.unlink(result_path)
+    return result
+
+
+def params_at(probe_info, layers):
+    return probe_info["params_fixed"] + layers * probe_info["params_per_layer"]
+
+
+def does_not_fit(args, mode, probe_info, layers):
+    """Why a mode cannot fit, from arithmetic on the model states, or None."""
+    states = STATE_BYTES_PER_PARAM * params_at(probe_info, layers)
+    gpu = probe_info["gpu_total_bytes"]
+    if mode in STATES_ON_GPU and gpu is not None:
+        if states > gpu:
+            return f"does not fit: model states {fmt_size(states)} > GPU {fmt_size(gpu)}"
+        if mode != "ideal" and args.budget is not None and states > parse_size(args.budget):
+            return f"does not fit: model states {fmt_size(states)} > cap {fmt_size(parse_size(args.budget))}"
+    host = probe_info["host_available_bytes"]
+    if mode == "fsdp2-offload" and host is not None and states > host:
+        return f"does not fit: model states {fmt_size(states)} > host MemAvailable {fmt_size(host)}"
+    return None
+
+
+def run_or_skip(args, argv, mode, probe_info, layers=None):
+    """One mode in a child process, unless arithmetic says it cannot fit. `layers` overrides the
+    workload's layer count (ideal by extrapolation)."""
+    label = f"{mode}@{layers}L" if layers else mode
+    reason = does_not_fit(args, mode, probe_info, layers or workload_of(args).layers)
+    if reason is not None:
+        print(f"[{label}] {reason}", flush=True)
+        return {"mode": mode, "status": reason, "steps": []}
+    print(f"[{label}] {MODES[mode]}", flush=True)
+    started = time.perf_counter()
+    result = run_child(args, argv, mode, layers)
+    print(f"[{label}] {result['status']} ({time.perf_counter() - started:.1f} s with start-up)", flush=True)
+    return result
+
+
+def median_of(steps, key):
+    values = [s[key] for s in steps if s.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def extrapolate_ideal(runs, counts, layers):
+    """The line through (L1, t1) and (L2, t2), predicted at `layers` and checked at L3."""
+    times = [median_of([s for s in runs[c]["steps"] if s["measured"]], "time_s") if runs[c]["status"] == "ok"
+             else None for c in counts]
+    if times[0] is None or times[1] is None:
+        failed = ", ".join(f"{c} layers: {runs[c]['status']}" for c in counts[:2] if runs[c]["status"] != "ok")
+        return {"status": f"error: extrapolation failed ({failed})", "step_s": None}
+    slope = (times[1] - times[0]) / (counts[1] - counts[0])
+    intercept = times[0] - slope * counts[0]
+    check = intercept + slope * counts[2]
+    return {"status": "ok", "step_s": intercept + slope * layers, "intercept_s": intercept, "per_layer_s": slope,
+            "layer_counts": counts, "measured_s": times, "check_predicted_s": check,
+            "check_error": check / times[2] - 1 if times[2] else None}
+
+
+def summarize(result, ideal_s, ideal_losses):
+    steps = [s for s in result["steps"] if s["measured"]]
+    median = median_of(steps, "time_s") if result["status"] == "ok" else None
+    predicted = ((result.get("teraio") or {}).get("predictions") or {}).get("predicted_step_s")
+    return {
+        "median_step_s": median,
+        "share_of_ideal": ideal_s / median if ideal_s and median else None,
+        "peak_allocated": result.get("peak_allocated"),
+        "peak_reserved": result.get("peak_reserved"),
+        "pinned_host_peak": result.get("pinned_host_peak"),
+        **{key: median_of(steps, key) for key in ("bytes_to_host", "bytes_from_host", "bytes_to_ssd",
+                                                   "bytes_from_ssd", "stall_s", "device_stall_s", "demand_fetches")},
+        "predicted_step_s": predicted,
+        "model_error": predicted / median - 1 if predicted and median else None,
+        "exact": same_losses(result, ideal_losses),
+    }
+
+
+def same_losses(result, ideal_losses):
+    """Every loss equal to ideal's bit for bit over the steps both ran; None where not comparable."""
+    if ideal_losses is None or result["status"] != "ok" or result["mode"] == "ideal":
+        return None
+    common = [s for s in result["steps"] if s["step"] in ideal_losses]
+    return bool(common) and all(s["loss_hex"] == ideal_losses[s["step"]] for s in common)
+
+
+def run_table(args, argv, probe_info):
+    layers = workload_of(args).layers
+    entries = {}
+    ideal_s, ideal_losses, extrapolation = None, None, None
+    modes = list(args.mode_list)
+    if "ideal" in modes and args.extrapolation:
+        modes.remove("ideal")
+        runs = {c: run_or_skip(args, argv, "ideal", probe_info, c) for c in args.extrapolation}
+        for c, run in runs.items():
+            entries[f"ideal@{c}L"] = run
+        extrapolation = extrapolate_ideal(runs, args.extrapolation, layers)
+        ideal_s = extrapolation["step_s"]
+        entries["ideal"] = {"mode": "ideal", "layers": layers, "status": f"extrapolated ({extrapolation['status']})",
+                            "steps": [], "extrapolation": extrapolation}
+    for mode in modes:
+        entries[mode] = run_or_skip(args, argv, mode, probe_info)
+        if mode == "ideal" and entries[mode]["status"] == "ok":
+            ideal_steps = entries[mode]["steps"]
+            ideal_s = median_of([s for s in ideal_steps if s["measured"]], "time_s")
+            ideal_losses = {s["step"]: s["loss_hex"] for s in ideal_steps}
+    for name, entry in entries.items():
+        # The extrapolation's own runs have fewer layers: no share of the full model's ideal.
+        entry["summary"] = summarize(entry, None if name.startswith("ideal@") else ideal_s, ideal_losses)
+        if name == "ideal" and extrapolation is not None:
+            entry["summary"].update(median_step_s=ideal_s, share_of_ideal=1.0 if ideal_s else None)
+    return entries, extrapolation
+
+
+def table_markdown(table):
+    header = ("| mode | status | step (s) | share of ideal | peak alloc | peak reserved | pinned host"
+              " | host out/in per step | SSD out/in per step | stall (s) | device stall (s) | predicted (s)"
+              " | model error | demand fetches | exact |")
+    lines = [header, "|" + "---|" * 15]
+    for name, entry in table["modes"].items():
+        s = entry["summary"]
+        lines.append("| " + " | ".join([
+            name, entry["status"], _num(s["median_step_s"], "{:.3f}"), _num(s["share_of_ideal"], "{:.1%}"),
+            fmt_size(s["peak_allocated"]), fmt_size(s["peak_reserved"]), fmt_size(s["pinned_host_peak"]),
+            _pair(s["bytes_to_host"], s["bytes_from_host"]), _pair(s["bytes_to_ssd"], s["bytes_from_ssd"]),
+            _num(s["stall_s"], "{:.3f}"), _num(s["device_stall_s"], "{:.3f}"), _num(s["predicted_step_s"], "{:.3f}"),
+            _num(s["model_error"], "{:+.1%}"), _num(s["demand_fetches"], "{:g}"),
+            "ref" if name == "ideal" and s["median_step_s"] and not table["extrapolation"] else _num(s["exact"], "{}"),
+        ]) + " |")
+    return "\n".join(lines)
+
+
+def _num(value, spec):
+    return "–" if value is None else spec.format(value)
+
+
+def _pair(out, back):
+    return "–" if out is None and back is None else f"{fmt_size(out)} / {fmt_size(back)}"
+
+
+def table_heading(table):
+    w = table["workload_config"]
+    lines = [
+        f"## {table['workload']} at {table['budget'] or 'no cap'} on {table['device']}",
+        "",
+        f"- model: {table['model']}, {table['params'] / 1e6:,.1f} M parameters, {w['layers']} layers, hidden "
+        f"{w['hidden']}, ffn {w['ffn']}, {w['heads']}/{w['kv_heads']} heads, vocab {w['vocab']}; model states "
+        f"{fmt_size(table['model_states_bytes'])}",
+        f"- step: {w['micro_batches']} x micro-batch {w['batch']} x {w['seq']}, {w['precision']}, AdamW "
+        f"(one group per parameter), {table['args']['steps']} measured steps (median)",
+        f"- cap: {table['cap']}; TeraIO gpu_budget {fmt_size(table['teraio_gpu_budget'])}",
+        f"- torch {table['torch']}, transformers {table['transformers']}, {table['date']}",
+        f"- command: `{table['command']}`",
+    ]
+    if table["extrapolation"] and table["extrapolation"]["status"] == "ok":
+        e = table["extrapolation"]
+        lines.append(f"- ideal extrapolated from {e['layer_counts'][0]} and {e['layer_counts'][1]} layers: "
+                     f"{e['intercept_s']:.3f} s + {e['per_layer_s']:.4f} s/layer; check at {e['layer_counts'][2]} "
+                     f"layers: error {_num(e['check_error'], '{:+.1%}')}")
+    return "\n".join(lines)
+
+
+def describe_cap(args, probe_info):
+    if args.budget is None:
+        return "none"
+    if not probe_info["cuda"]:
+        return "not enforced on CPU"
+    return f"{args.budget} (torch.cuda.set_per_process_memory_fraction), all modes but ideal"
+
+
+def bench_main(args, argv):
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"train_llm: workload {args.workload}, budget {args.budget or 'none'}, modes {', '.join(args.mode_list)}",
+          flush=True)
+    probe_info = run_child(args, argv, "probe")
+    if probe_info["status"] != "ok":
+        print(f"train_llm: cannot run: {probe_info['status']}", file=sys.stderr)
+        return 2
+    workload = workload_of(args)
+    params = params_at(probe_info, workload.layers)
+    teraio_budget = teraio_gpu_budget(args) if args.teraio_budget or args.budget else None
+    cap = describe_cap(args, probe_info)
+    print(f"device: {probe_info['device']}; model: {probe_info['model']}, {params / 1e6:,.1f} M parameters; "
+          f"cap: {cap}", flush=True)
+    entries, extrapolation = run_table(args, argv, probe_info)
+    table = {
+        "benchmark": "train_llm", "workload": args.workload, "workload_config": dataclasses.asdict(workload),
+        "budget": args.budget, "cap": cap, "teraio_gpu_budget": teraio_budget, "device": probe_info["device"],
+        "torch": probe_info["torch"], "transformers": probe_info["transformers"], "model": probe_info["model"],
+        "params": params, "model_states_bytes": STATE_BYTES_PER_PARAM * params,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": shlex.join([pathlib.Path(sys.executable).name, os.path.relpath(SCRIPT), *argv]),
+        "args": {k: v for k, v in vars(args).items() if k not in ("child", "result")},
+        "extrapolation": extrapolation, "modes": entries,
+    }
+    stem = out_stem(args)
+    with open(f"{stem}.json", "w") as f:
+        json.dump(table, f, indent=1, default=str)
+    markdown = table_heading(table) + "\n\n" + table_markdown(table) + "\n"
+    pathlib.Path(f"{stem}.md").write_text(markdown)
+    print("\n" + markdown, flush=True)
+    print(f"written: {stem}.json, {stem}.md", flush=True)
+    if args.plot:
+        plot_dir(out)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Plot
+
+
+def plot_dir(out):
+    """One group of bars per table (workload and budget) in `out`: share of ideal per mode."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("train_llm: matplotlib is not installed (pip install matplotlib): no plot", file=sys.stderr)
+        return 1
+    tables = []
+    for path in sorted(pathlib.Path(out).glob("*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            table = json.loads(path.read_text())
+            if isinstance(table, dict) and table.get("benchmark") == "train_llm":
+                tables.append(table)
+    if not tables:
+        print(f"train_llm: no tables in {out} to plot", file=sys.stderr)
+        return 1
+    modes = [m for m in MODES if any(m in t["modes"] for t in tables)]
+    width = 0.8 / len(modes)
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(tables) * len(modes) / 3), 4))
+    for j, mode in enumerate(modes):
+        for i, table in enumerate(tables):
+            entry = table["modes"].get(mode)
+            if entry is None:
+                continue
+            x = i - 0.4 + (j + 0.5) * width
+            share = entry["summary"]["share_of_ideal"]
+            if share is None:
+                status = entry["status"].split(":")[0][:16]
+                ax.text(x, 0.02, f"{mode}: {status}", rotation=90, ha="center", va="bottom", fontsize=7)
+                continue
+            ax.bar(x, share, width, color=f"C{j}", label=mode)
+            ax.text(x, share, f"{share:.0%}", ha="center", va="bottom", fontsize=7)
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    ax.set_ylim(0, 1.15 * max([1.0] + [b.get_height() for b in ax.patches]))
+    ax.set_xticks(range(len(tables)))
+    ax.set_xticklabels([f"{t['workload']} @ {t['budget'] or 'no cap'}" for t in tables])
+    ax.set_ylabel("share of ideal (ideal step time / step time)")
+    ax.set_title(f"Training throughput under a GPU budget ({tables[0]['device']})")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    ax.legend(unique.values(), unique.keys(), fontsize=8, ncol=min(4, len(unique)), loc="upper center",
+              bbox_to_anchor=(0.5, -0.12))
+    path = pathlib.Path(out) / "share_of_ideal.png"
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    print(f"written: {path}", flush=True)
+    return 0
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.child:
+        return child_main(args)
+    if args.list_modes:
+        for mode, what in MODES.items():
+            print(f"{mode:14} {what}")
+        return 0
+    if args.plot_from:
+        return plot_dir(args.plot_from)
+    return bench_main(args, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

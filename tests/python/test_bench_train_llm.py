@@ -1,0 +1,57 @@
+"""CPU smoke test of bench/train_llm.py, the end-to-end training benchmark: its tiny workload runs
+every mode that works on a CPU in fresh processes, writes the table, and TeraIO's losses equal
+ideal's bit for bit while it moves tensors to the SSD tier."""
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+teraio = pytest.importorskip("teraio", reason="needs TeraIO's native module")
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "bench" / "train_llm.py"
+MODES = ["ideal", "teraio-ssd", "ckpt", "save_on_cpu"]
+
+
+def run_bench(*args):
+    package_root = str(pathlib.Path(teraio.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
+    out = tmp_path / "out"
+    # About a third of the tiny model's footprint: TeraIO must move tensors to the SSD tier.
+    done = run_bench("--workload", "tiny", "--modes", ",".join(MODES), "--steps", "2", "--teraio-budget", "1MiB",
+                     "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--out", str(out), "--plot")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    table = json.loads((out / "tiny-nocap.json").read_text())
+    assert (out / "tiny-nocap.md").read_text().count("\n| ") == len(MODES) + 1
+    assert list(table["modes"]) == MODES
+    for mode, entry in table["modes"].items():
+        assert entry["status"] == "ok", (mode, entry["status"], entry.get("error_detail"))
+        assert entry["summary"]["median_step_s"] > 0
+    for mode in MODES[1:]:
+        assert table["modes"][mode]["summary"]["exact"] is True, mode
+    teraio_steps = table["modes"]["teraio-ssd"]["steps"]
+    assert [s["loss_hex"] for s in teraio_steps] == [s["loss_hex"] for s in table["modes"]["ideal"]["steps"]]
+    assert any(s["measured"] and s["bytes_to_ssd"] > 0 for s in teraio_steps)
+    assert pathlib.Path(table["modes"]["teraio-ssd"]["teraio"]["timeline"]).is_file()
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (out / "share_of_ideal.png").stat().st_size > 0
+
+
+def test_unknown_mode_is_refused(tmp_path):
+    done = run_bench("--workload", "tiny", "--modes", "ideal,zero3", "--out", str(tmp_path))
+    assert done.returncode == 2
+    assert "unknown mode(s) zero3" in done.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is not None, reason="transformers is installed")
+def test_llama_workload_without_transformers_says_why(tmp_path):
+    done = run_bench("--workload", "W1", "--modes", "ideal", "--out", str(tmp_path))
+    assert done.returncode == 2
+    assert "needs transformers" in done.stderr
