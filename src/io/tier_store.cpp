@@ -24,6 +24,17 @@ struct TierStore::Record {
   unsigned busy = 0;                      // transfers queued or running; guarded by the store's mutex
 };
 
+namespace {
+
+// Never hand out bytes that a failed write left half-written.
+Error unreadable(std::uint64_t id, const std::string& label, std::uint64_t bytes, TierKind tier) {
+  return Error(ErrorKind::kIo,
+               cat("read of extent ", id, " '", label, "' (", bytes, " bytes) on the ", to_string(tier),
+                   " tier refused: its last write failed, its contents are undefined"));
+}
+
+}  // namespace
+
 std::string_view to_string(TierKind tier) {
   return tier == TierKind::kHost ? "host" : "ssd";
 }
@@ -248,10 +259,7 @@ Transfer TierStore::submit_host_copy(const Extent& extent, void* device, CopyDir
     }
     Record& record = *found->second;
     if (!to_host && record.write_failed) {
-      state->finish(std::make_exception_ptr(Error(
-          ErrorKind::kIo, cat("read of extent ", record.id, " '", record.label, "' (", record.bytes,
-                              " bytes) on the host tier refused: its last write failed, its contents are "
-                              "undefined"))));
+      state->finish(std::make_exception_ptr(unreadable(record.id, record.label, record.bytes, record.tier)));
       return Transfer(state);
     }
     std::byte* at = host_->data(record.host_offset);
@@ -364,12 +372,9 @@ void TierStore::write_now(Record& record, const void* src, MemoryKind kind) {
 
 void TierStore::read_now(Record& record, void* dst, MemoryKind kind) {
   {
-    // Never hand out bytes that a failed write left half-written.
     std::lock_guard lock(mutex_);
     if (record.write_failed) {
-      throw Error(ErrorKind::kIo, cat("read of extent ", record.id, " '", record.label, "' (", record.bytes,
-                                      " bytes) on the ", to_string(record.tier),
-                                      " tier refused: its last write failed, its contents are undefined"));
+      throw unreadable(record.id, record.label, record.bytes, record.tier);
     }
   }
   if (record.tier == TierKind::kHost) {

@@ -164,8 +164,7 @@ struct Executor::State {
   io::Transfer close_transfer(TensorId id, Entry& e) {
     e.span.end_s = now_s();
     stats.transfers.push_back(e.span);
-    in_flight.erase(std::find(in_flight.begin(), in_flight.end(), id));
-    return std::exchange(e.transfer, io::Transfer{});
+    return close_transfer_open(id, e);
   }
 
   // Copies a kDevice tensor out to `preferred` (or the other tier when it is full); false when
@@ -201,17 +200,18 @@ struct Executor::State {
     set_location(id, e, Location::kFetching);
   }
 
-  // Blocks until the entry's transfer has finished, counting the wait as a stall of `op`. Does
-  // not throw: finish() or take_back() looks at the outcome.
-  void await(Entry& e, OpIndex op) {
-    if (e.transfer.ready()) return;
+  // Blocks until the transfer has finished, counting the wait as a stall of `op`. Does not
+  // throw: the caller looks at the outcome.
+  void await(const io::Transfer& transfer, OpIndex op) {
+    if (transfer.ready()) return;
     const double start = now_s();
-    while (!e.transfer.wait_for(std::chrono::seconds(1))) {
+    while (!transfer.wait_for(std::chrono::seconds(1))) {
     }
     const double end = now_s();
     stats.stalls.push_back(StallSpan{op, start, end});
     stats.stall_s += end - start;
   }
+  void await(Entry& e, OpIndex op) { await(e.transfer, op); }
 
   // Hands the entry's transfer over to the device (its device_side() must be set): the memory
   // of an offload is released behind its copy, a prefetched tensor may be used behind its copy.
@@ -239,19 +239,23 @@ struct Executor::State {
 
   static bool settles_on_device(const Entry& e) { return e.transfer.device_side() != nullptr; }
 
+  // Finishes the entry's transfer as far as the operators are concerned: handed to the device
+  // where it has a device side, else waited for and retired on the host.
+  void complete(TensorId id, Entry& e, OpIndex op) {
+    if (settles_on_device(e)) {
+      settle_on_device(id, e);
+      return;
+    }
+    await(e, op);
+    finish(id, e);
+  }
+
   // Retires one settled transfer the host has seen complete (or waits for it when `wait`).
   // Its failure concerns bytes the device already relied on, so it is returned to be raised.
   std::exception_ptr retire_settled(std::size_t index, bool wait, OpIndex op) {
     Settling done = std::move(settling[index]);
     settling.erase(settling.begin() + static_cast<std::ptrdiff_t>(index));
-    if (wait && !done.transfer.ready()) {
-      const double start = now_s();
-      while (!done.transfer.wait_for(std::chrono::seconds(1))) {
-      }
-      const double end = now_s();
-      stats.stalls.push_back(StallSpan{op, start, end});
-      stats.stall_s += end - start;
-    }
+    if (wait) await(done.transfer, op);
     done.span.end_s = now_s();
     stats.transfers.push_back(done.span);
     std::exception_ptr failure;
@@ -440,14 +444,7 @@ struct Executor::State {
         return entries.at(id).location == Location::kOffloading && !contains_id(keep, id);
       });
       if (offloading != in_flight.end()) {
-        const TensorId id = *offloading;
-        Entry& e = entries.at(id);
-        if (settles_on_device(e)) {
-          settle_on_device(id, e);
-          continue;
-        }
-        await(e, op);
-        finish(id, e);
+        complete(*offloading, entries.at(*offloading), op);
         continue;
       }
       auto victim = std::find_if(idle.begin(), idle.end(),
@@ -465,12 +462,7 @@ struct Executor::State {
                                     e.bytes, " bytes)")));
       }
       ++stats.evictions;
-      if (settles_on_device(e)) {
-        settle_on_device(id, e);
-        continue;
-      }
-      await(e, op);
-      finish(id, e);
+      complete(id, e, op);
     }
   }
 
@@ -478,26 +470,14 @@ struct Executor::State {
     make_room(op, keep, e.bytes);
     start_fetch(id, e, false);
     ++stats.demand_fetches;
-    if (settles_on_device(e)) {
-      settle_on_device(id, e);
-      return;
-    }
-    await(e, op);
-    finish(id, e);
+    complete(id, e, op);
   }
 
   void make_resident(TensorId id, Entry& e, OpIndex op, std::span<const TensorId> keep) {
     switch (e.location) {
       case Location::kDevice: return;
       case Location::kOffloading: take_back(id, e, op); return;
-      case Location::kFetching:
-        if (settles_on_device(e)) {
-          settle_on_device(id, e);
-          return;
-        }
-        await(e, op);
-        finish(id, e);
-        return;
+      case Location::kFetching: complete(id, e, op); return;
       case Location::kHost:
       case Location::kSsd: demand_fetch(id, e, op, keep); return;
     }

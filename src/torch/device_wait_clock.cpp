@@ -1,13 +1,12 @@
 #include "device_wait_clock.hpp"
 
-#include "teraio/core/error.hpp"
-#include "teraio/core/strings.hpp"
-
 #ifdef TERAIO_TORCH_CUDA
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 
 #include <vector>
+
+#include "cuda_check.hpp"
 #endif
 
 namespace teraio::torch_binding {
@@ -21,12 +20,6 @@ class HostWaitClock final : public DeviceWaitClock {
 };
 
 #ifdef TERAIO_TORCH_CUDA
-void check_cuda(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return;
-  cudaGetLastError();
-  throw Error(ErrorKind::kCuda, cat(what, ": ", cudaGetErrorString(status)));
-}
-
 // Event pairs are kept across steps: a planned step hands hundreds of waits to the device.
 class CudaWaitClock final : public DeviceWaitClock {
  public:

@@ -6,6 +6,8 @@
 #ifdef TERAIO_TORCH_CUDA
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+
+#include "cuda_check.hpp"
 #endif
 
 namespace teraio::torch_binding {
@@ -36,10 +38,6 @@ class WallTimer final : public OpTimer {
 };
 
 #ifdef TERAIO_TORCH_CUDA
-void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw Error(ErrorKind::kCuda, cat(what, ": ", cudaGetErrorString(status)));
-}
-
 // Events are kept across steps: creating thousands per step would cost more than the ops.
 class CudaTimer final : public OpTimer {
  public:
