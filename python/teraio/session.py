@@ -116,9 +116,15 @@ class Report(dict):
         )
         plan = self["plan"]
         if plan.get("planned"):
+            if plan.get("stall_free", plan["feasible"]):
+                fit = "fits"
+            elif plan["feasible"]:
+                fit = f"fits with {plan['planned_wait_s']:.3f} s of planned waits: no stall-free plan does"
+            else:
+                fit = "over budget: reactive eviction covers the rest"
             lines.append(
                 f"  plan: {plan['migrations']} migrations, peak {fb(plan['peak_before'])} -> {fb(plan['peak_after'])}"
-                f" ({'fits' if plan['feasible'] else 'over budget without stalls: reactive eviction covers it'}),"
+                f" ({fit}),"
                 f" {fb(plan['bytes_to_ssd'])} to SSD and {fb(plan['bytes_to_host'])} to host per step,"
                 f" planned in {plan['planning_s']:.2f} s"
             )

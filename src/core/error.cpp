@@ -16,6 +16,7 @@ std::string_view to_string(ErrorKind kind) {
     case ErrorKind::kChecksum: return "checksum mismatch";
     case ErrorKind::kCuda: return "CUDA error";
     case ErrorKind::kCuFile: return "cuFile error";
+    case ErrorKind::kOutOfMemory: return "out of device memory";
     case ErrorKind::kInfeasible: return "infeasible";
     case ErrorKind::kShutdown: return "shut down";
     case ErrorKind::kUnsupported: return "unsupported";

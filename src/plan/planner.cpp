@@ -9,43 +9,14 @@
 #include "circular.hpp"
 #include "input_checks.hpp"
 #include "planner_greedy.hpp"
+#include "planner_run.hpp"
 #include "teraio/core/error.hpp"
 #include "teraio/core/strings.hpp"
 #include "teraio/core/units.hpp"
 #include "teraio/trace/lifetime.hpp"
 
 namespace teraio::plan {
-namespace {
-
-using detail::Choice;
-using detail::Window;
-
-void check_inputs(const trace::Trace& trace, const Hardware& hw) {
-  detail::require_plannable(trace, "make_plan");
-  if (hw.gpu_budget == 0) throw Error(ErrorKind::kInvalidArgument, "make_plan: the GPU memory budget is 0");
-  if (hw.gpu_budget > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
-    throw Error(ErrorKind::kInvalidArgument,
-                cat("make_plan: the GPU memory budget ", hw.gpu_budget, " bytes is out of range"));
-  const std::pair<const char*, double> rates[] = {{"d2h_bandwidth", hw.d2h_bandwidth},
-                                                  {"h2d_bandwidth", hw.h2d_bandwidth},
-                                                  {"ssd_write_bandwidth", hw.ssd_write_bandwidth},
-                                                  {"ssd_read_bandwidth", hw.ssd_read_bandwidth},
-                                                  {"request_latency_s", hw.request_latency_s}};
-  for (const auto& [name, value] : rates)
-    if (!std::isfinite(value) || value < 0)
-      throw Error(ErrorKind::kInvalidArgument,
-                  cat("make_plan: hardware ", name, " = ", value, " is not >= 0"));
-}
-
-// Everything a planner run needs that does not depend on the budget, computed once and
-// shared by the diagnosis probes.
-struct Prepared {
-  const trace::Trace* trace = nullptr;
-  std::vector<double> start_s;
-  std::vector<trace::InactivePeriod> periods;
-  std::vector<std::int64_t> demand;
-  std::uint64_t peak_before = 0;
-};
+namespace detail {
 
 Prepared prepare(const trace::Trace& trace) {
   Prepared p;
@@ -58,13 +29,21 @@ Prepared prepare(const trace::Trace& trace) {
   return p;
 }
 
+void retime(Prepared& prep, const std::vector<double>& wait_after_s) {
+  const trace::Trace& trace = *prep.trace;
+  for (std::size_t k = 0; k < trace.ops.size(); ++k)
+    prep.start_s[k + 1] = prep.start_s[k] + trace.ops[k].duration_s + wait_after_s[k];
+  prep.periods = trace::inactive_periods(trace, prep.start_s);
+}
+
 double prefetch_rate(const Hardware& hw, Tier tier) {
   return tier == Tier::kHost
              ? hw.h2d_bandwidth
              : (hw.gpudirect ? hw.ssd_read_bandwidth : std::min(hw.ssd_read_bandwidth, hw.h2d_bandwidth));
 }
 
-PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOptions& options) {
+PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOptions& options,
+                     std::vector<std::int64_t>* demand_after) {
   const trace::Trace& trace = *prep.trace;
   const std::size_t n = trace.ops.size();
   PlanResult result;
@@ -75,6 +54,7 @@ PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOpti
     result.stats.periods += p.idle_ops >= detail::kMinIdleOps;
   if (n == 0) {
     plan.feasible = result.diagnosis.feasible = true;
+    if (demand_after != nullptr) demand_after->clear();
     return result;
   }
   detail::GreedyInput input{&trace, &prep.periods, prep.demand, prep.start_s, hw, options};
@@ -121,6 +101,7 @@ PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOpti
   });
   std::int64_t peak = 0;
   for (std::int64_t m : greedy.demand_after) peak = std::max(peak, m);
+  if (demand_after != nullptr) *demand_after = greedy.demand_after;
   plan.peak_after = static_cast<std::uint64_t>(peak);
   plan.feasible = plan.peak_after <= hw.gpu_budget;
   result.diagnosis.feasible = plan.feasible;
@@ -130,6 +111,34 @@ PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOpti
       if (static_cast<std::uint64_t>(greedy.demand_after[k]) > hw.gpu_budget)
         result.diagnosis.stuck_ops.push_back(static_cast<trace::OpIndex>(k));
   return result;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::plan_once;
+using detail::prepare;
+using detail::Prepared;
+
+using detail::Choice;
+using detail::Window;
+
+void check_inputs(const trace::Trace& trace, const Hardware& hw) {
+  detail::require_plannable(trace, "make_plan");
+  if (hw.gpu_budget == 0) throw Error(ErrorKind::kInvalidArgument, "make_plan: the GPU memory budget is 0");
+  if (hw.gpu_budget > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("make_plan: the GPU memory budget ", hw.gpu_budget, " bytes is out of range"));
+  const std::pair<const char*, double> rates[] = {{"d2h_bandwidth", hw.d2h_bandwidth},
+                                                  {"h2d_bandwidth", hw.h2d_bandwidth},
+                                                  {"ssd_write_bandwidth", hw.ssd_write_bandwidth},
+                                                  {"ssd_read_bandwidth", hw.ssd_read_bandwidth},
+                                                  {"request_latency_s", hw.request_latency_s}};
+  for (const auto& [name, value] : rates)
+    if (!std::isfinite(value) || value < 0)
+      throw Error(ErrorKind::kInvalidArgument,
+                  cat("make_plan: hardware ", name, " = ", value, " is not >= 0"));
 }
 
 // Whether any tier has room and bandwidth both ways; without one, nothing can move.
@@ -239,9 +248,24 @@ PlanResult make_plan(const trace::Trace& trace, const Hardware& hardware, const 
   const auto begin = std::chrono::steady_clock::now();
   check_inputs(trace, hardware);
   const Prepared prep = prepare(trace);
-  PlanResult result = plan_once(prep, hardware, options);
+  std::vector<std::int64_t> demand_after;
+  PlanResult result = plan_once(prep, hardware, options, &demand_after);
   if (!result.plan.feasible) {
     diagnose(prep, hardware, options, result);
+    // The simulator replays one step: a multi-step trace's plan names operators past it.
+    if (options.stall_rounds > 0 && trace.step_begins.size() == 1 && any_tier_usable(hardware)) {
+      const Diagnosis stall_free = result.diagnosis;
+      result = detail::plan_with_stalls(prep, hardware, options, std::move(result), std::move(demand_after));
+      result.diagnosis = stall_free;
+      result.diagnosis.message +=
+          result.stats.planned_wait_s > 0
+              ? cat("; planned with ", format_duration(result.stats.planned_wait_s),
+                    " of waits instead: simulated step ", format_duration(result.stats.simulated_step_s),
+                    " (stall-free plan with reactive eviction: ",
+                    format_duration(result.stats.stall_free_step_s), ")")
+              : cat("; no plan with planned waits beat the stall-free one with reactive eviction (",
+                    result.stats.stall_rounds, " rounds)");
+    }
   } else {
     result.diagnosis.message =
         cat("feasible: peak ", format_bytes(result.plan.peak_before), " -> ",

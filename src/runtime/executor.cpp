@@ -186,10 +186,10 @@ struct Executor::State {
     return true;
   }
 
-  void start_fetch(TensorId id, Entry& e, bool planned) {
+  void start_fetch(TensorId id, Entry& e, bool planned, std::span<const TensorId> keep) {
     // Its copy out may still be settling: the read must not overtake the write.
     if (std::exception_ptr failure = settle(id, current_op)) std::rethrow_exception(failure);
-    void* fresh = memory.reallocate(id);
+    void* fresh = allocate(id, e, keep);
     try {
       e.transfer = store.read(*e.extent, fresh, io::MemoryKind::kDevice);
     } catch (...) {
@@ -433,13 +433,18 @@ struct Executor::State {
     for (const TensorId id : freed) forget(entries.find(id));
   }
 
-  // Outside kPassive, frees device memory until `incoming` more bytes fit the budget: first by
-  // waiting for offloads already under way, then by evicting the least recently used idle
-  // tensor. Tensors in `keep` stay.
+  // Outside kPassive, frees device memory until `incoming` more bytes fit the budget.
   void make_room(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming) {
     if (mode == Mode::kPassive || config.budget == 0) return;
     if (resident + incoming > config.budget) forget_freed();
-    while (resident + incoming > config.budget) {
+    free_down_to(op, keep, incoming, config.budget);
+  }
+
+  // Frees device memory until resident + incoming <= limit: first by waiting for offloads
+  // already under way, then by evicting the least recently used idle tensor. Tensors in `keep`
+  // stay.
+  void free_down_to(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming, std::uint64_t limit) {
+    while (resident + incoming > limit) {
       auto offloading = std::find_if(in_flight.begin(), in_flight.end(), [&](TensorId id) {
         return entries.at(id).location == Location::kOffloading && !contains_id(keep, id);
       });
@@ -466,9 +471,35 @@ struct Executor::State {
     }
   }
 
+  // A fresh allocation for a fetch. The allocator may refuse one although the tracked tensors
+  // are within the budget (memory TeraIO does not track, blocks too fragmented to join): then
+  // as many bytes again are moved out beyond the budget, the allocator's cached blocks go back
+  // to the device, and it is asked once more; a second refusal is raised.
+  void* allocate(TensorId id, Entry& e, std::span<const TensorId> keep) {
+    try {
+      return memory.reallocate(id);
+    } catch (const Error& error) {
+      if (error.kind() != ErrorKind::kOutOfMemory) throw;
+      log::debug("fetch of tensor ", id, " refused by the allocator, freeing ", e.bytes,
+                 " bytes: ", error.what());
+    }
+    ++stats.allocation_retries;
+    forget_freed();
+    std::vector<TensorId> stay(keep.begin(), keep.end());
+    stay.push_back(id);
+    try {
+      free_down_to(current_op, stay, 0, resident > e.bytes ? resident - e.bytes : 0);
+    } catch (const Error& error) {
+      // Nothing idle left to move: the retry below says whether what was freed suffices.
+      if (error.kind() != ErrorKind::kInfeasible && error.kind() != ErrorKind::kTierFull) throw;
+    }
+    memory.trim();
+    return memory.reallocate(id);
+  }
+
   void demand_fetch(TensorId id, Entry& e, OpIndex op, std::span<const TensorId> keep) {
     make_room(op, keep, e.bytes);
-    start_fetch(id, e, false);
+    start_fetch(id, e, false, keep);
     ++stats.demand_fetches;
     complete(id, e, op);
   }
@@ -525,7 +556,15 @@ struct Executor::State {
       ++stats.skipped;
       return;
     }
-    start_fetch(id, e, true);
+    try {
+      start_fetch(id, e, true, keep);
+    } catch (const Error& error) {
+      // Refused by the allocator twice: the use fetches it on demand, when more may be free.
+      if (error.kind() != ErrorKind::kOutOfMemory) throw;
+      log::debug("planned prefetch of tensor ", id, " skipped: ", error.what());
+      ++stats.skipped;
+      return;
+    }
     ++stats.planned_prefetches;
   }
 

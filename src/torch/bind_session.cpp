@@ -25,6 +25,7 @@ py::dict step_dict(const StepRecord& r) {
   d["stall_s"] = s.stall_s;
   d["device_stall_s"] = r.device_stall_s;
   d["device_waits"] = s.device_waits;
+  d["allocation_retries"] = s.allocation_retries;
   d["bytes_to_host"] = s.bytes_to_host;
   d["bytes_to_ssd"] = s.bytes_to_ssd;
   d["bytes_from_host"] = s.bytes_from_host;
@@ -225,6 +226,10 @@ void bind_session(py::module_& m) {
                d["planning_s"] = result->stats.planning_s;
                d["message"] = result->diagnosis.message;
                d["min_feasible_budget"] = result->diagnosis.min_feasible_budget;
+               d["stall_free"] = result->diagnosis.feasible;
+               d["stall_rounds"] = result->stats.stall_rounds;
+               d["planned_wait_s"] = result->stats.planned_wait_s;
+               d["stall_free_step_s"] = result->stats.stall_free_step_s;
              }
              if (const auto& p = s.session->prediction()) {
                d["profiled_step_s"] = p->profiled_step_s;

@@ -276,10 +276,12 @@ void Session::make_plan() {
     go_passive();
     return;
   }
-  if (!plan_->plan.feasible) {
-    log::warn(cat("TeraIO: the plan brings the peak to ", format_bytes(plan_->plan.peak_after),
-                  ", above the budget ", format_bytes(config_.gpu_budget),
-                  " without stalls; reactive eviction covers the rest (", plan_->diagnosis.message, ")"));
+  if (!plan_->diagnosis.feasible) {
+    // Said once, when planning: every later step runs this plan and its waits.
+    log::warn(cat("TeraIO: no plan fits the budget ", format_bytes(config_.gpu_budget), " without stalls",
+                  plan_->plan.feasible ? "; the plan's planned waits keep it within the budget"
+                                       : "; reactive eviction covers what the plan leaves over it",
+                  " (", plan_->diagnosis.message, ")"));
   }
   set_migrations(plan_->plan.migrations);
   phase_ = SessionPhase::kPlanned;

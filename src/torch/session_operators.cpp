@@ -105,16 +105,24 @@ void Session::record_failure(std::exception_ptr error, const std::vector<TensorI
   // every kernel checks for an empty data pointer. So a storage that could not be fetched gets
   // zeroed scratch memory for this operator (its bytes stay valid in the tier, and the next
   // fetch replaces the scratch), the training code is stopped at its next Python statement,
-  // and the step ends with this error.
+  // and the step ends with this error. The error is kept first: giving scratch memory can fail too (out of
+  // memory is a common cause of both), and then the operator fails on the missing data with a message that
+  // hides this one.
+  if (!pending_error_) {
+    pending_error_ = error;
+    // Raised by the next callback, outside the session's lock: the interrupt takes the GIL,
+    // which threads holding the GIL may be waiting to give up while they wait for this lock.
+    interrupt_due_ = true;
+  }
   for (const TensorId id : used) {
     c10::StorageImpl* impl = table_.find_id(id);
-    if (impl != nullptr && table_.alive(id)) memory_->give_scratch(impl);
+    if (impl == nullptr || !table_.alive(id)) continue;
+    try {
+      memory_->give_scratch(impl);
+    } catch (const std::exception& scratch_error) {
+      log::warn("TeraIO: no scratch memory for tensor ", id, " after a failed fetch: ", scratch_error.what());
+    }
   }
-  if (pending_error_) return;
-  pending_error_ = error;
-  // Raised by the next callback, outside the session's lock: the interrupt takes the GIL,
-  // which threads holding the GIL may be waiting to give up while they wait for this lock.
-  interrupt_due_ = true;
 }
 
 void Session::interrupt_if_due() {

@@ -6,6 +6,7 @@
 #include "teraio/core/strings.hpp"
 
 #ifdef TERAIO_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -83,7 +84,13 @@ void StorageMemory::use_after(TensorId id, io::CopyEvent& copied_in) {
 void* StorageMemory::reallocate(TensorId id) {
   c10::StorageImpl* impl = storage(id);
   pin(id, impl);
-  impl->set_data_ptr_noswap(allocate_on(impl, device_));
+  try {
+    impl->set_data_ptr_noswap(allocate_on(impl, device_));
+  } catch (const c10::OutOfMemoryError& error) {
+    // Said in TeraIO's terms so that the executor can make room and retry.
+    throw Error(ErrorKind::kOutOfMemory, cat("cannot allocate ", impl->nbytes(), " bytes on ", device_.str(),
+                                             " for tensor ", id, ": ", error.what_without_backtrace()));
+  }
 #ifdef TERAIO_TORCH_CUDA
   // The caching allocator hands out blocks whose last users may still be queued on the
   // compute stream; the copy in runs on the engine's stream, so it must wait for them.
@@ -92,6 +99,14 @@ void* StorageMemory::reallocate(TensorId id) {
                             io::CopyDirection::kToDevice);
 #endif
   return impl->data_ptr().get();
+}
+
+void StorageMemory::trim() {
+#ifdef TERAIO_TORCH_CUDA
+  // Blocks freed behind device-side waits are only reused in stream order; returning the
+  // cached ones lets the allocator map one large block again (expandable segments or not).
+  if (device_.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
 }
 
 void StorageMemory::unpin_settled(const runtime::Executor& executor) {

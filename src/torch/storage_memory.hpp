@@ -29,6 +29,7 @@ class StorageMemory final : public runtime::TensorMemory {
   void before_copy_out(TensorId id) override;
   void release(TensorId id) override;
   void* reallocate(TensorId id) override;
+  void trim() override;
   // The compute stream waits for the copy on the device (timed by the wait clock).
   void release_after(TensorId id, io::CopyEvent& copied_out) override;
   void use_after(TensorId id, io::CopyEvent& copied_in) override;

@@ -4,6 +4,7 @@
 #include "planner_test_util.hpp"
 #include "teraio/core/error.hpp"
 #include "teraio/plan/planner.hpp"
+#include "teraio/plan/simulator.hpp"
 
 namespace teraio::plan {
 namespace {
@@ -85,13 +86,38 @@ TEST(Planner, BounceThroughHostSharesThePcieChannel) {
 
 TEST(Planner, TooLittleBandwidthIsInfeasibleWithADiagnosis) {
   const trace::Trace t = idle_tensor_trace();
-  const PlanResult r = make_plan(t, uniform_hardware(100, 10));  // 10 s per transfer, 8 idle ops
+  PlannerOptions stall_free;
+  stall_free.stall_rounds = 0;
+  const PlanResult r = make_plan(t, uniform_hardware(100, 10), stall_free);  // 10 s per transfer, 8 idle ops
   EXPECT_FALSE(r.plan.feasible);
   EXPECT_FALSE(r.diagnosis.feasible);
   EXPECT_TRUE(r.plan.migrations.empty());
   EXPECT_EQ(r.diagnosis.stuck_ops, (std::vector<trace::OpIndex>{4, 5}));
   EXPECT_EQ(r.diagnosis.min_feasible_budget, 160u);  // nothing can move at this bandwidth
   EXPECT_NE(r.diagnosis.message.find("bandwidth"), std::string::npos) << r.diagnosis.message;
+}
+
+TEST(Planner, TooLittleBandwidthPlansWaitsThatFitTheBudget) {
+  const trace::Trace t = idle_tensor_trace();
+  const Hardware hw = uniform_hardware(100, 10);
+  const PlanResult r = make_plan(t, hw);
+  // No plan fits without stalls; the diagnosis still says so, and where the waits go.
+  EXPECT_FALSE(r.diagnosis.feasible);
+  EXPECT_EQ(r.diagnosis.min_feasible_budget, 160u);
+  EXPECT_NE(r.diagnosis.message.find("waits"), std::string::npos) << r.diagnosis.message;
+  EXPECT_GT(r.stats.stall_rounds, 0);
+  // The waits let the 100-byte tensor leave around the 60-byte one's use: it fits now.
+  EXPECT_TRUE(r.plan.feasible);
+  EXPECT_LE(check_plan(t, r.plan).peak, 100u);
+  EXPECT_GT(r.stats.planned_wait_s, 0);
+  EXPECT_LT(r.stats.simulated_step_s, r.stats.stall_free_step_s);
+  // The figure is the simulator's, replaying the plan with the budget held hard.
+  SimulationOptions replay;
+  replay.enforce_budget = true;
+  const SimulationResult sim = simulate(t, r.plan, hw, replay);
+  EXPECT_DOUBLE_EQ(sim.step_time_s, r.stats.simulated_step_s);
+  EXPECT_EQ(sim.evictions, 0u);
+  EXPECT_LE(sim.peak_memory, 100u);
 }
 
 TEST(Planner, BudgetBelowTheActiveTensorsNamesTheOperators) {

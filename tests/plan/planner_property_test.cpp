@@ -5,6 +5,7 @@
 #include "planner_test_util.hpp"
 #include "teraio/plan/plan_io.hpp"
 #include "teraio/plan/planner.hpp"
+#include "teraio/plan/simulator.hpp"
 
 namespace teraio::plan {
 namespace {
@@ -41,6 +42,7 @@ TEST_P(PlannerProperties, PlansKeepEveryInvariant) {
   PlannerOptions options;
   options.early_prefetch = sc.early_prefetch;
   options.credit_over_budget_only = i % 3 == 1;
+  options.stall_rounds = 0;  // the stall-free greedy: every deadline is met (stall search: below)
 
   const PlanResult r = make_plan(t, hw, options);
   const testing::CheckResult check = check_plan(t, r.plan);
@@ -67,6 +69,41 @@ TEST_P(PlannerProperties, PlansKeepEveryInvariant) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RandomTraces, PlannerProperties, ::testing::Range(0, 24));
+
+// With the stall search the plan may miss the stall-free deadlines on purpose, but its memory,
+// tiers and determinism hold, and it never simulates slower than the stall-free plan.
+TEST_P(PlannerProperties, StallPlansKeepMemoryAndNeverSimulateSlower) {
+  const int i = GetParam();
+  const trace::Trace t =
+      random_trace(static_cast<std::uint32_t>(300 + i), 150 + 10 * static_cast<std::size_t>(i), 120);
+  const std::vector<std::uint64_t> demand = trace::memory_demand(t);
+  const std::uint64_t peak = *std::max_element(demand.begin(), demand.end());
+  Hardware hw;
+  hw.gpu_budget = peak * static_cast<std::uint64_t>(4 + i % 4) / 10;
+  hw.host_capacity = (i % 3 == 0) ? (256ull << 20) : (8ull << 30);
+  hw.ssd_capacity = 64ull << 30;
+  hw.d2h_bandwidth = hw.h2d_bandwidth = 4e9 * (1 + i % 3);  // little: stalls are needed
+  hw.ssd_write_bandwidth = 1e9;
+  hw.ssd_read_bandwidth = 2e9;
+  hw.gpudirect = i % 2 == 0;
+  const PlanResult r = make_plan(t, hw);
+  const testing::CheckResult check = check_plan(t, r.plan);
+  for (const std::string& v : check.violations)
+    if (v.find("misses a deadline") == std::string::npos) ADD_FAILURE() << v;
+  EXPECT_EQ(check.peak, r.plan.peak_after);
+  EXPECT_EQ(r.plan.feasible, r.plan.peak_after <= hw.gpu_budget);
+  EXPECT_LE(check.host_peak, hw.host_capacity);
+  EXPECT_LE(r.stats.ssd_used, hw.ssd_capacity);
+  EXPECT_NO_THROW(validate(r.plan, t));
+  if (!r.diagnosis.feasible) {
+    EXPECT_GT(r.stats.stall_rounds, 0);
+    EXPECT_LE(r.stats.simulated_step_s, r.stats.stall_free_step_s);
+    SimulationOptions replay;
+    replay.enforce_budget = true;
+    EXPECT_DOUBLE_EQ(simulate(t, r.plan, hw, replay).step_time_s, r.stats.simulated_step_s);
+  }
+  EXPECT_EQ(plan_to_json(make_plan(t, hw).plan), plan_to_json(r.plan));
+}
 
 TEST(PlannerProperties, DiagnosedMinimumBudgetIsFeasible) {
   const trace::Trace t = random_trace(7, 200, 150);

@@ -173,5 +173,62 @@ TEST(ExecutorReactive, PassiveModeNeverEvicts) {
   EXPECT_EQ(ex.resident_bytes(), 2 * kBytes);
 }
 
+// The device allocator may refuse a block although the tracked tensors are within the budget
+// (untracked memory, fragmentation): the fetch moves as many bytes again out, trims the
+// allocator's cache and retries once.
+TEST(ExecutorReactive, RefusedAllocationMovesMoreOutAndRetries) {
+  Rig rig(3 * kBytes);
+  Executor& ex = rig.executor();
+  ex.set_mode(Mode::kReactive);
+  ex.begin_step();
+  rig.add(1, kBytes);
+  rig.add(2, kBytes);
+  rig.add(3, kBytes);
+  ex.before_op(0, std::vector<TensorId>{4});
+  rig.add(4, kBytes);
+  ex.after_op(0, std::vector<TensorId>{4});  // 1 went out to make room
+  ASSERT_EQ(ex.location(1), Location::kHost);
+  rig.memory().refuse_allocations(1);
+  const std::vector<TensorId> uses{1};
+  ex.before_op(1, uses);
+  EXPECT_TRUE(rig.memory().intact(1));
+  EXPECT_EQ(rig.memory().trims(), 1);
+  // 2 made room within the budget, 3 (the next least recently used) the room beyond it.
+  EXPECT_EQ(ex.location(2), Location::kHost);
+  EXPECT_EQ(ex.location(3), Location::kHost);
+  EXPECT_EQ(ex.resident_bytes(), 2 * kBytes);
+  ex.after_op(1, uses);
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.allocation_retries, 1u);
+  EXPECT_EQ(stats.demand_fetches, 1u);
+}
+
+TEST(ExecutorReactive, SecondRefusalIsRaisedAndTheTensorStaysInItsTier) {
+  Rig rig(2 * kBytes);
+  Executor& ex = rig.executor();
+  ex.set_mode(Mode::kReactive);
+  ex.begin_step();
+  rig.add(1, kBytes);
+  rig.add(2, kBytes);
+  ex.before_op(0, std::vector<TensorId>{3});
+  rig.add(3, kBytes);
+  ex.after_op(0, std::vector<TensorId>{3});
+  ASSERT_EQ(ex.location(1), Location::kHost);
+  rig.memory().refuse_allocations(2);
+  const std::vector<TensorId> uses{1};
+  try {
+    ex.before_op(1, uses);
+    ADD_FAILURE() << "a second refusal must be raised";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kOutOfMemory) << e.what();
+  }
+  EXPECT_EQ(ex.location(1), Location::kHost);
+  EXPECT_FALSE(rig.memory().holds(1));
+  // Once the allocator gives memory again, the bytes come back intact.
+  ex.fetch(uses);
+  EXPECT_TRUE(rig.memory().intact(1));
+  static_cast<void>(ex.end_step());
+}
+
 }  // namespace
 }  // namespace teraio::runtime

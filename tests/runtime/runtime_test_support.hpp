@@ -52,11 +52,20 @@ class FakeMemory final : public TensorMemory {
     buffer.reset();
   }
   void* reallocate(TensorId id) override {
+    if (refusals_ > 0) {
+      --refusals_;
+      throw Error(ErrorKind::kOutOfMemory, "fake allocator: no block for tensor " + std::to_string(id));
+    }
     auto& buffer = buffers_.at(id);
     if (buffer) ADD_FAILURE() << "reallocate() of tensor " << id << " that still holds memory";
     buffer = std::make_unique<std::vector<std::byte>>(sizes_.at(id), std::byte{0xCD});
     return buffer->data();
   }
+
+  void trim() override { ++trims_; }
+  // The next `count` reallocate() calls fail as a full device allocator's would.
+  void refuse_allocations(int count) { refusals_ = count; }
+  int trims() const { return trims_; }
 
   bool holds(TensorId id) const { return buffers_.at(id) != nullptr; }
   // Holds memory with exactly the tensor's original bytes.
@@ -74,6 +83,8 @@ class FakeMemory final : public TensorMemory {
   std::set<TensorId> freed_;
   std::map<TensorId, std::unique_ptr<std::vector<std::byte>>> buffers_;
   std::map<TensorId, int> copy_outs_;
+  int refusals_ = 0;
+  int trims_ = 0;
 };
 
 struct RigOptions {

@@ -4,6 +4,7 @@
 
 #include "command.hpp"
 #include "hardware_options.hpp"
+#include "planner_options.hpp"
 #include "teraio/core/error.hpp"
 #include "teraio/core/options.hpp"
 #include "teraio/core/strings.hpp"
@@ -42,6 +43,7 @@ int run_plan(const std::vector<std::string>& raw_args) {
   opts.add("probes", "planner runs the infeasibility diagnosis may spend", "6");
   opts.add_flag("no-early-prefetch", "skip the pass that moves prefetches earlier");
   opts.add_flag("over-budget-credit", "credit a migration only with the over-budget bytes it removes");
+  add_stall_options(opts);
   add_hardware_options(opts);
   std::vector<std::string> args;
   for (const std::string& a : raw_args) args.push_back(a == "-o" ? "--output" : a);
@@ -59,6 +61,7 @@ int run_plan(const std::vector<std::string>& raw_args) {
   po.early_prefetch = !opts.flag("no-early-prefetch");
   po.credit_over_budget_only = opts.flag("over-budget-credit");
   po.diagnosis_probes = static_cast<int>(opts.integer("probes"));
+  apply_stall_options(opts, po);
   const plan::PlanResult r = plan::make_plan(t, hw, po);
   const plan::PlanStats& s = r.stats;
 
@@ -78,6 +81,12 @@ int run_plan(const std::vector<std::string>& raw_args) {
   std::printf("planned in %s (%zu candidate evaluations)\n", format_duration(s.planning_s).c_str(),
               s.evaluations);
   std::printf("%s\n", r.diagnosis.message.c_str());
+  if (s.stall_rounds > 0)
+    std::printf(
+        "stall search: %d rounds; chosen plan made for %s of waits, simulated step %s (stall-free "
+        "plan with reactive eviction: %s)\n",
+        s.stall_rounds, format_duration(s.planned_wait_s).c_str(),
+        format_duration(s.simulated_step_s).c_str(), format_duration(s.stall_free_step_s).c_str());
   if (!r.plan.feasible)
     std::printf("operators still over budget: %s\n", op_ranges(r.diagnosis.stuck_ops, 12).c_str());
   if (opts.has("output")) {

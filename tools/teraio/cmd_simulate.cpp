@@ -7,6 +7,7 @@
 
 #include "command.hpp"
 #include "hardware_options.hpp"
+#include "planner_options.hpp"
 #include "teraio/core/error.hpp"
 #include "teraio/core/options.hpp"
 #include "teraio/core/strings.hpp"
@@ -94,6 +95,7 @@ int run_simulate(const std::vector<std::string>& args) {
   opts.add("csv", "write one row per operator (start, stall, device memory, demand without migrations)");
   opts.add_flag("enforce-budget",
                 "keep the budget hard: wait for offloads, evict and fetch on demand (reactive mode)");
+  add_stall_options(opts);
   add_hardware_options(opts);
   if (!opts.parse(args)) {
     std::printf("%s", opts.help().c_str());
@@ -113,7 +115,9 @@ int run_simulate(const std::vector<std::string>& args) {
     hw = hardware_from_options(opts, plan::Hardware{});
     if (hw.gpu_budget == 0)
       throw Error(ErrorKind::kInvalidArgument, "without a plan file, --budget is needed");
-    const plan::PlanResult planned = plan::make_plan(t, hw);
+    plan::PlannerOptions po;
+    apply_stall_options(opts, po);
+    const plan::PlanResult planned = plan::make_plan(t, hw, po);
     p = planned.plan;
     planned_here = true;
     std::printf("planned in %s: %zu migrations, %s\n", format_duration(planned.stats.planning_s).c_str(),

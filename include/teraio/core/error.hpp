@@ -23,6 +23,7 @@ enum class ErrorKind {
   kChecksum,         // data read back does not match the checksum written with it
   kCuda,             // a CUDA runtime call failed
   kCuFile,           // a cuFile call failed (decoded)
+  kOutOfMemory,      // the device allocator had no block of the size asked for
   kInfeasible,       // no plan meets the budget
   kShutdown,         // work submitted to, or cancelled by, an engine that is closing
   kUnsupported,      // a feature this build or machine does not have

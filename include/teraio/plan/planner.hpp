@@ -38,6 +38,16 @@ struct PlannerOptions {
   // planner run, the first at the peak this run reached, then bisection to within 0.4%);
   // at most this many probes, 0 disables the search (the unplanned peak is reported).
   int diagnosis_probes = 6;
+  // Where no stall-free plan fits the budget (the paper's greedy stops there and leaves the
+  // rest to reactive eviction), plan stalls instead: wait time is added to the step around the
+  // operators still over budget, the greedy runs again on that slower step, and this repeats
+  // up to stall_rounds times or until the plan fits; the plan with the shortest step that the
+  // simulator predicts, holding the budget hard, is kept (the stall-free one included, so this
+  // never predicts worse). 0 disables it. Single-step traces only.
+  int stall_rounds = 24;
+  // Share of the time the largest excess of each over-budget run needs at full bandwidth that
+  // one round adds (more converges in fewer rounds; less plans fewer waits: docs/planner.md).
+  double stall_damping = 0.5;
 };
 
 // What the planner did, for reports and for comparing planner variants.
@@ -55,9 +65,17 @@ struct PlanStats {
   double min_prefetch_slack_s = 0;
   double mean_prefetch_slack_s = 0;
   double planning_s = 0;  // wall time of make_plan, diagnosis included
+  // The stall search (PlannerOptions::stall_rounds), when it ran: its rounds, the waits the
+  // chosen plan was made for (0 when the stall-free plan stayed best), and the simulated
+  // step (budget held hard) of the chosen and of the stall-free plan.
+  int stall_rounds = 0;
+  double planned_wait_s = 0;
+  double simulated_step_s = 0;
+  double stall_free_step_s = 0;
 };
 
-// Why a budget cannot be met, when it cannot.
+// Why a budget cannot be met without stalls, when it cannot (a plan with planned stalls may
+// still fit it: Plan::feasible says whether the chosen plan's memory does).
 struct Diagnosis {
   bool feasible = false;
   // Smallest budget at which a plan was found (PlannerOptions::diagnosis_probes); the

@@ -75,6 +75,9 @@ struct StepStats {
   // the GPU time they cost is not in stall_s (the torch binding measures it on CUDA).
   std::uint64_t device_waits = 0;
   std::uint64_t skipped = 0;  // planned migration not possible: tensor unknown, tier full, wrong state
+  // Fetches whose allocation the device refused at first (memory TeraIO does not track, or
+  // fragmentation): tensors were moved out beyond the budget and the allocation retried.
+  std::uint64_t allocation_retries = 0;
   std::uint64_t bytes_to_host = 0;
   std::uint64_t bytes_from_host = 0;
   std::uint64_t bytes_to_ssd = 0;

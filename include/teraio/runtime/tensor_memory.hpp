@@ -28,8 +28,12 @@ class TensorMemory {
   // Drops the tensor's memory: the copy out has completed and nothing may use it any more.
   virtual void release(TensorId id) = 0;
   // Gives the tensor a fresh allocation of its size and returns its start. The executor fills
-  // it and waits for the fill before any operator uses the tensor.
+  // it and waits for the fill before any operator uses the tensor. Throws
+  // Error{kOutOfMemory} when the allocator has no block that large.
   virtual void* reallocate(TensorId id) = 0;
+  // Hands memory the allocator caches but nobody uses back to the device, so that a large
+  // block can be made of it (the executor calls it before retrying a refused reallocate).
+  virtual void trim() {}
   // Drops the tensor's memory once `copied_out` (the device side of its copy out) completes.
   // On CUDA the compute stream waits for the copy on the device and the block goes back to
   // the allocator at once, so the host does not drain the GPU's queue; the default waits on
