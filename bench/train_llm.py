@@ -101,7 +101,7 @@ LR = 1e-4
 STEP_FIELDS = ("phase", "mode", "stall_s", "bytes_to_host", "bytes_from_host", "bytes_to_ssd", "bytes_from_ssd",
                "demand_fetches", "evictions", "peak_resident")
 # Reported by newer native builds only (device-side waits): recorded when present.
-OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "allocation_retries")
+OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "allocation_retries", "stall_by_cause_s")
 PLAN_PREDICTIONS = ("predicted_step_s", "predicted_stall_s", "bound_step_s", "profiled_step_s")
 
 

@@ -59,6 +59,17 @@ std::string_view to_string(Location location) {
   return "unknown";
 }
 
+std::string_view to_string(StallCause cause) {
+  switch (cause) {
+    case StallCause::kTransfer: return "transfer";
+    case StallCause::kOrdering: return "ordering";
+    case StallCause::kTakeBack: return "take-back";
+    case StallCause::kForget: return "forget";
+    case StallCause::kDrain: return "drain";
+  }
+  return "unknown";
+}
+
 std::string_view to_string(Mode mode) {
   switch (mode) {
     case Mode::kPassive: return "passive";
@@ -202,16 +213,17 @@ struct Executor::State {
 
   // Blocks until the transfer has finished, counting the wait as a stall of `op`. Does not
   // throw: the caller looks at the outcome.
-  void await(const io::Transfer& transfer, OpIndex op) {
+  void await(const io::Transfer& transfer, OpIndex op, StallCause cause) {
     if (transfer.ready()) return;
     const double start = now_s();
     while (!transfer.wait_for(std::chrono::seconds(1))) {
     }
     const double end = now_s();
-    stats.stalls.push_back(StallSpan{op, start, end});
+    stats.stalls.push_back(StallSpan{op, start, end, cause});
     stats.stall_s += end - start;
+    stats.stall_by_cause_s[static_cast<std::size_t>(cause)] += end - start;
   }
-  void await(Entry& e, OpIndex op) { await(e.transfer, op); }
+  void await(Entry& e, OpIndex op, StallCause cause) { await(e.transfer, op, cause); }
 
   // Hands the entry's transfer over to the device (its device_side() must be set): the memory
   // of an offload is released behind its copy, a prefetched tensor may be used behind its copy.
@@ -246,16 +258,16 @@ struct Executor::State {
       settle_on_device(id, e);
       return;
     }
-    await(e, op);
+    await(e, op, StallCause::kTransfer);
     finish(id, e);
   }
 
   // Retires one settled transfer the host has seen complete (or waits for it when `wait`).
   // Its failure concerns bytes the device already relied on, so it is returned to be raised.
-  std::exception_ptr retire_settled(std::size_t index, bool wait, OpIndex op) {
+  std::exception_ptr retire_settled(std::size_t index, std::optional<StallCause> wait, OpIndex op) {
     Settling done = std::move(settling[index]);
     settling.erase(settling.begin() + static_cast<std::ptrdiff_t>(index));
-    if (wait) await(done.transfer, op);
+    if (wait) await(done.transfer, op, *wait);
     done.span.end_s = now_s();
     stats.transfers.push_back(done.span);
     std::exception_ptr failure;
@@ -279,7 +291,7 @@ struct Executor::State {
     std::exception_ptr first;
     for (std::size_t i = settling.size(); i-- > 0;) {
       if (settling[i].id != id) continue;
-      std::exception_ptr failure = retire_settled(i, true, op);
+      std::exception_ptr failure = retire_settled(i, StallCause::kOrdering, op);
       if (failure && !first) first = failure;
     }
     return first;
@@ -331,7 +343,7 @@ struct Executor::State {
       ++stats.cancelled_offloads;
       return;
     }
-    await(e, op);
+    await(e, op, StallCause::kTakeBack);
     const io::Transfer transfer = close_transfer(id, e);
     try {
       transfer.wait();
@@ -352,7 +364,7 @@ struct Executor::State {
     std::exception_ptr settled_failure;
     for (std::size_t i = settling.size(); i-- > 0;) {
       if (!settling[i].transfer.ready()) continue;
-      std::exception_ptr failure = retire_settled(i, false, current_op);
+      std::exception_ptr failure = retire_settled(i, std::nullopt, current_op);
       if (failure && !settled_failure) settled_failure = failure;
     }
     std::vector<TensorId> done;
@@ -403,13 +415,20 @@ struct Executor::State {
   }
 
   // Stops tracking a tensor the program freed: its transfer in flight (if any) is waited for
-  // and its extent released.
+  // and its extent released. Transfers already settled on the device are not waited for:
+  // nobody needs their bytes any more, so they only give the extent back once the host sees
+  // them done (and a failure of theirs is only logged).
   void forget(std::unordered_map<TensorId, Entry>::iterator found) {
     const TensorId id = found->first;
     Entry& e = found->second;
-    if (std::exception_ptr failure = settle(id, current_op)) log_lost(failure);
+    for (Settling& s : settling) {
+      if (s.id != id) continue;
+      s.dropped = true;
+      // A settling copy out writes the extent the entry still names: it goes back with it.
+      if (!s.release && e.extent) s.release = std::exchange(e.extent, std::nullopt);
+    }
     if (e.transfer.valid()) {
-      await(e, current_op);
+      await(e, current_op, StallCause::kForget);
       const io::Transfer transfer = close_transfer(id, e);
       try {
         transfer.wait();
@@ -571,7 +590,7 @@ struct Executor::State {
   void drain() {
     std::exception_ptr first;
     while (!settling.empty()) {
-      std::exception_ptr failure = retire_settled(0, true, current_op);
+      std::exception_ptr failure = retire_settled(0, StallCause::kDrain, current_op);
       if (!failure) continue;
       if (first) {
         log_lost(failure);
@@ -582,7 +601,7 @@ struct Executor::State {
     while (!in_flight.empty()) {
       const TensorId id = in_flight.front();
       Entry& e = entries.at(id);
-      await(e, current_op);
+      await(e, current_op, StallCause::kDrain);
       try {
         finish(id, e);
       } catch (...) {

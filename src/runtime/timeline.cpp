@@ -56,8 +56,8 @@ std::string timeline_json(std::span<const OpSpan> ops, std::span<const StepStats
                {{"step", step.step}, {"tensor", t.tensor}, {"bytes", t.bytes}, {"planned", t.planned}}));
     }
     for (const StallSpan& s : step.stalls) {
-      events.push_back(span(kStall, cat("stall before op ", s.op), s.start_s, s.end_s,
-                            {{"step", step.step}, {"op", s.op}}));
+      events.push_back(span(kStall, cat("stall before op ", s.op, " (", to_string(s.cause), ")"), s.start_s,
+                            s.end_s, {{"step", step.step}, {"op", s.op}, {"cause", to_string(s.cause)}}));
     }
   }
   return json{{"displayTimeUnit", "ms"}, {"traceEvents", std::move(events)}}.dump();

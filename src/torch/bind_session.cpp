@@ -26,6 +26,11 @@ py::dict step_dict(const StepRecord& r) {
   d["device_stall_s"] = r.device_stall_s;
   d["device_waits"] = s.device_waits;
   d["allocation_retries"] = s.allocation_retries;
+  py::dict by_cause;
+  for (std::size_t c = 0; c < runtime::kStallCauseCount; ++c)
+    by_cause[py::str(std::string(runtime::to_string(static_cast<runtime::StallCause>(c))))] =
+        s.stall_by_cause_s[c];
+  d["stall_by_cause_s"] = by_cause;
   d["bytes_to_host"] = s.bytes_to_host;
   d["bytes_to_ssd"] = s.bytes_to_ssd;
   d["bytes_from_host"] = s.bytes_from_host;

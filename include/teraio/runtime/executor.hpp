@@ -10,6 +10,7 @@
 // tensor is evicted when tracked memory exceeds it. Single operator thread; no torch here.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -55,19 +56,32 @@ struct TransferSpan {
   double end_s = 0;     // seen complete
 };
 
+// Why the operator thread waited on the host (waits handed to the device are not stalls here).
+enum class StallCause : std::uint8_t {
+  kTransfer,  // a transfer without a device side (SSD bounce path, host copies not enqueued)
+  kOrdering,  // a copy out the host had not seen finish, before the same bytes are read again
+  kTakeBack,  // an offload without a device side, of a tensor needed again
+  kForget,    // a transfer of a tensor the program freed
+  kDrain,     // every transfer, at the end of a step or on close
+};
+inline constexpr std::size_t kStallCauseCount = 5;
+std::string_view to_string(StallCause cause);
+
 // The operator thread waiting for transfers before an operator.
 struct StallSpan {
   OpIndex op = 0;
   double start_s = 0;
   double end_s = 0;
+  StallCause cause = StallCause::kTransfer;
 };
 
 struct StepStats {
   std::uint64_t step = 0;  // counts begin_step() calls from 0
   Mode mode = Mode::kPassive;
-  double stall_s = 0;                    // operator thread waiting on transfers
-  std::uint64_t planned_offloads = 0;    // issued
-  std::uint64_t planned_prefetches = 0;  // issued
+  double stall_s = 0;                                       // operator thread waiting on transfers
+  std::array<double, kStallCauseCount> stall_by_cause_s{};  // stall_s by StallCause
+  std::uint64_t planned_offloads = 0;                       // issued
+  std::uint64_t planned_prefetches = 0;                     // issued
   std::uint64_t demand_fetches = 0;      // tensor used while not resident (wrong or no plan)
   std::uint64_t evictions = 0;           // reactive offloads
   std::uint64_t cancelled_offloads = 0;  // tensor used or prefetched while its copy out ran
