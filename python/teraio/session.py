@@ -116,7 +116,7 @@ class Report(dict):
         )
         plan = self["plan"]
         if plan.get("planned"):
-            if plan.get("stall_free", plan["feasible"]):
+            if plan["stall_free"]:
                 fit = "fits"
             elif plan["feasible"]:
                 fit = f"fits with {plan['planned_wait_s']:.3f} s of planned waits: no stall-free plan does"

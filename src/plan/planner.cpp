@@ -254,13 +254,12 @@ PlanResult make_plan(const trace::Trace& trace, const Hardware& hardware, const 
     diagnose(prep, hardware, options, result);
     // The simulator replays one step: a multi-step trace's plan names operators past it.
     if (options.stall_rounds > 0 && trace.step_begins.size() == 1 && any_tier_usable(hardware)) {
-      const Diagnosis stall_free = result.diagnosis;
       result = detail::plan_with_stalls(prep, hardware, options, std::move(result), std::move(demand_after));
-      result.diagnosis = stall_free;
       result.diagnosis.message +=
           result.stats.planned_wait_s > 0
-              ? cat("; planned with ", format_duration(result.stats.planned_wait_s),
-                    " of waits instead: simulated step ", format_duration(result.stats.simulated_step_s),
+              ? cat("; planned with ", format_duration(result.stats.planned_wait_s), " of waits instead (",
+                    result.stats.stall_rounds, " rounds): simulated step ",
+                    format_duration(result.stats.simulated_step_s),
                     " (stall-free plan with reactive eviction: ",
                     format_duration(result.stats.stall_free_step_s), ")")
               : cat("; no plan with planned waits beat the stall-free one with reactive eviction (",

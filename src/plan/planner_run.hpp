@@ -34,7 +34,8 @@ PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOpti
 
 // Where no stall-free plan fits (`stall_free` is the plan_once result at hw's budget, with
 // its demand per operator): plans waits into the step, round by round, and keeps the plan the
-// simulator, holding the budget hard, runs fastest (PlannerOptions::stall_rounds).
+// simulator, holding the budget hard, runs fastest (PlannerOptions::stall_rounds). The result
+// keeps the stall-free run's diagnosis.
 PlanResult plan_with_stalls(const Prepared& prep, const Hardware& hw, const PlannerOptions& options,
                             PlanResult stall_free, std::vector<std::int64_t> demand_after);
 

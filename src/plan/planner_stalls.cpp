@@ -85,6 +85,8 @@ PlanResult plan_with_stalls(const Prepared& prep, const Hardware& hw, const Plan
     ++since_better;
     if (step < best.stats.simulated_step_s) {
       since_better = 0;
+      // What the stall-free run found stays: its diagnosis and its simulated step.
+      round.diagnosis = std::move(best.diagnosis);
       round.stats.stall_free_step_s = best.stats.stall_free_step_s;
       round.stats.simulated_step_s = step;
       round.stats.planned_wait_s = std::accumulate(wait_after_s.begin(), wait_after_s.end(), 0.0);

@@ -452,6 +452,11 @@ struct Executor::State {
     for (const TensorId id : freed) forget(entries.find(id));
   }
 
+  // What free_down_to throws when nothing more can be moved out.
+  static bool no_room(const Error& error) {
+    return error.kind() == ErrorKind::kInfeasible || error.kind() == ErrorKind::kTierFull;
+  }
+
   // Outside kPassive, frees device memory until `incoming` more bytes fit the budget.
   void make_room(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming) {
     if (mode == Mode::kPassive || config.budget == 0) return;
@@ -510,7 +515,7 @@ struct Executor::State {
       free_down_to(current_op, stay, 0, resident > e.bytes ? resident - e.bytes : 0);
     } catch (const Error& error) {
       // Nothing idle left to move: the retry below says whether what was freed suffices.
-      if (error.kind() != ErrorKind::kInfeasible && error.kind() != ErrorKind::kTierFull) throw;
+      if (!no_room(error)) throw;
     }
     memory.trim();
     return memory.reallocate(id);
@@ -568,18 +573,11 @@ struct Executor::State {
     keep.push_back(id);
     try {
       make_room(op, keep, e.bytes);
-    } catch (const Error& error) {
-      // The operators before its use may free memory; if not, the use fetches it on demand.
-      if (error.kind() != ErrorKind::kInfeasible && error.kind() != ErrorKind::kTierFull) throw;
-      log::debug("planned prefetch of tensor ", id, " skipped: ", error.what());
-      ++stats.skipped;
-      return;
-    }
-    try {
       start_fetch(id, e, true, keep);
     } catch (const Error& error) {
-      // Refused by the allocator twice: the use fetches it on demand, when more may be free.
-      if (error.kind() != ErrorKind::kOutOfMemory) throw;
+      // No room now (nothing left to move, or the allocator refused twice): the operators
+      // before its use may free memory; if not, the use fetches it on demand.
+      if (!no_room(error) && error.kind() != ErrorKind::kOutOfMemory) throw;
       log::debug("planned prefetch of tensor ", id, " skipped: ", error.what());
       ++stats.skipped;
       return;

@@ -137,6 +137,8 @@ class Session {
 
  private:
   bool on_device(const at::Tensor& tensor) const;
+  // On the device and large enough to be worth moving (config.min_tensor_bytes).
+  bool movable(const at::Tensor& tensor) const;
   void finish_op(const at::RecordFunction& fn, OpState& op, int depth,
                  const std::vector<c10::Storage>& outputs);
   // The storage's id, tracking it from now on when it is new; `in_use` are the storages of the
@@ -148,6 +150,8 @@ class Session {
   void count_op(const at::RecordFunction& fn, OpState& op, trace::Phase phase);
   void run_before_op(OpState& op);
   void record_failure(std::exception_ptr error, const std::vector<TensorId>& used);
+  // Zeroed memory for a storage an operator is about to use without its bytes; never throws.
+  void give_scratch(c10::StorageImpl* impl);
   void interrupt_if_due();
   // A budget error at an operator whose own tensors exceed the budget, said as such.
   std::exception_ptr explain_failure(const Error& error, const OpState& op);

@@ -25,7 +25,24 @@ void for_each_tensor(const c10::IValue& value, const F& f) {
   }
 }
 
+// The storages of the tensors among `values` (an operator's inputs or outputs) that `keep`
+// accepts.
+template <typename Values, typename Keep>
+std::vector<c10::Storage> storages_of(const Values& values, const Keep& keep) {
+  std::vector<c10::Storage> out;
+  for (const c10::IValue& value : values) {
+    for_each_tensor(value, [&](const at::Tensor& t) {
+      if (keep(t)) out.push_back(t.storage());
+    });
+  }
+  return out;
+}
+
 }  // namespace
+
+bool Session::movable(const at::Tensor& tensor) const {
+  return on_device(tensor) && tensor.storage().nbytes() >= config_.min_tensor_bytes;
+}
 
 bool Session::on_device(const at::Tensor& tensor) const {
   if (!tensor.defined() || !tensor.has_storage()) return false;
@@ -105,9 +122,9 @@ void Session::record_failure(std::exception_ptr error, const std::vector<TensorI
   // every kernel checks for an empty data pointer. So a storage that could not be fetched gets
   // zeroed scratch memory for this operator (its bytes stay valid in the tier, and the next
   // fetch replaces the scratch), the training code is stopped at its next Python statement,
-  // and the step ends with this error. The error is kept first: giving scratch memory can fail too (out of
-  // memory is a common cause of both), and then the operator fails on the missing data with a message that
-  // hides this one.
+  // and the step ends with this error. The error is kept first: giving scratch memory can fail
+  // too (out of memory is a common cause of both), and then the operator fails on the missing
+  // data with a message that would hide this one.
   if (!pending_error_) {
     pending_error_ = error;
     // Raised by the next callback, outside the session's lock: the interrupt takes the GIL,
@@ -116,12 +133,17 @@ void Session::record_failure(std::exception_ptr error, const std::vector<TensorI
   }
   for (const TensorId id : used) {
     c10::StorageImpl* impl = table_.find_id(id);
-    if (impl == nullptr || !table_.alive(id)) continue;
-    try {
-      memory_->give_scratch(impl);
-    } catch (const std::exception& scratch_error) {
-      log::warn("TeraIO: no scratch memory for tensor ", id, " after a failed fetch: ", scratch_error.what());
-    }
+    if (impl != nullptr && table_.alive(id)) give_scratch(impl);
+  }
+}
+
+void Session::give_scratch(c10::StorageImpl* impl) {
+  try {
+    memory_->give_scratch(impl);
+  } catch (const std::exception& error) {
+    // Inside a callback nothing may escape; the operator then fails on the missing data, and
+    // the step raises the error already recorded.
+    log::warn("TeraIO: no scratch memory for a storage of ", impl->nbytes(), " bytes: ", error.what());
   }
 }
 
@@ -204,12 +226,8 @@ void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, 
   interrupt_if_due();
   if (depth > 0) return;  // nested: the outermost operator already covers its inputs
   op.counted = false;
-  std::vector<c10::Storage> inputs;
-  for (const c10::IValue& value : fn.inputs()) {
-    for_each_tensor(value, [&](const at::Tensor& t) {
-      if (on_device(t) && t.storage().nbytes() >= config_.min_tensor_bytes) inputs.push_back(t.storage());
-    });
-  }
+  const std::vector<c10::Storage> inputs =
+      storages_of(fn.inputs(), [this](const at::Tensor& t) { return movable(t); });
   std::lock_guard lock(mutex_);
   if (!observing_) return;
   if (!in_step_) {
@@ -238,7 +256,7 @@ void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, 
   } catch (...) {
     // Nothing may escape a callback (RecordFunction would swallow it and run the operator).
     record_failure(std::current_exception(), op.used);
-    for (const auto& s : inputs) memory_->give_scratch(s.unsafeGetStorageImpl());
+    for (const auto& s : inputs) give_scratch(s.unsafeGetStorageImpl());
     return;
   }
   run_before_op(op);
@@ -247,12 +265,8 @@ void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, 
 void Session::on_op_end(const at::RecordFunction& fn, OpState& op, int depth) {
   interrupt_if_due();
   if (depth > 0 && !op.counted) return;
-  std::vector<c10::Storage> outputs;
-  for (const c10::IValue& value : fn.outputs()) {
-    for_each_tensor(value, [&](const at::Tensor& t) {
-      if (on_device(t) && t.storage().nbytes() >= config_.min_tensor_bytes) outputs.push_back(t.storage());
-    });
-  }
+  const std::vector<c10::Storage> outputs =
+      storages_of(fn.outputs(), [this](const at::Tensor& t) { return movable(t); });
   std::lock_guard lock(mutex_);
   if (!observing_) return;
   if (!in_step_) {

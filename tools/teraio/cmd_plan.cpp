@@ -81,12 +81,6 @@ int run_plan(const std::vector<std::string>& raw_args) {
   std::printf("planned in %s (%zu candidate evaluations)\n", format_duration(s.planning_s).c_str(),
               s.evaluations);
   std::printf("%s\n", r.diagnosis.message.c_str());
-  if (s.stall_rounds > 0)
-    std::printf(
-        "stall search: %d rounds; chosen plan made for %s of waits, simulated step %s (stall-free "
-        "plan with reactive eviction: %s)\n",
-        s.stall_rounds, format_duration(s.planned_wait_s).c_str(),
-        format_duration(s.simulated_step_s).c_str(), format_duration(s.stall_free_step_s).c_str());
   // The diagnosis is the stall-free planner's: with the stall search its operators may differ
   // from those the chosen plan leaves over budget.
   if (!r.diagnosis.feasible)
