@@ -90,6 +90,8 @@ MODES = {
     "teraio-host": "TeraIO, host tier only (--host-budget)",
     "teraio-ssd": "TeraIO, SSD tier only (--ssd-dir, --ssd-capacity)",
     "teraio-mixed": "TeraIO, host tier capped (--mixed-host-budget) and SSD tier",
+    "teraio-recompute": "TeraIO (tiers of --recompute-tier, default host) recomputing the last decoder layers, "
+                        "how many chosen by teraio.recompute.tune (--recompute-counts)",
     "ckpt": "activation checkpointing of every decoder layer (use_reentrant=False)",
     "save_on_cpu": "torch.autograd.graph.save_on_cpu(pin_memory=True) around forward and backward",
     "fsdp2-offload": "FSDP2 fully_shard with CPUOffloadPolicy(pin_memory=True), one process",
@@ -140,6 +142,14 @@ def parse_args(argv):
                                      "deleting large files on that disk takes minutes")
     p.add_argument("--ssd-capacity", default="48GiB", help="swap file size (default %(default)s)")
     p.add_argument("--profile-steps", type=int, default=1, help="TeraIO profile steps (default 1)")
+    p.add_argument("--recompute-counts", metavar="N,N,...",
+                   help="teraio-recompute: the counts of recomputed layers to try (default: tune's search)")
+    p.add_argument("--recompute-tier", choices=("host", "ssd", "mixed"), default="host",
+                   help="teraio-recompute: the tiers, as in teraio-host, teraio-ssd or teraio-mixed (default host)")
+    p.add_argument("--recompute-trials", type=int, default=9,
+                   help="teraio-recompute: most trials of tune's search (default %(default)s)")
+    p.add_argument("--recompute-measure", type=int, default=2,
+                   help="teraio-recompute: timed steps per trial, the fastest counts (default %(default)s)")
     p.add_argument("--child-timeout", type=float, default=900, help="seconds before a mode is killed (default 900)")
     p.add_argument("--alloc-conf", help="PYTORCH_CUDA_ALLOC_CONF for every mode, e.g. expandable_segments:True")
     p.add_argument("--plot", action="store_true", help="after the run, plot every table in --out (matplotlib)")
@@ -156,13 +166,17 @@ def parse_args(argv):
     unknown = [m for m in args.mode_list if m not in MODES]
     if unknown:
         p.error(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(MODES)}")
-    if args.steps < 1 or args.warmup < 0 or args.profile_steps < 1:
-        p.error("--steps and --profile-steps must be at least 1, --warmup at least 0")
+    if args.steps < 1 or args.warmup < 0 or args.profile_steps < 1 or args.recompute_trials < 1 \
+            or args.recompute_measure < 1:
+        p.error("--steps, --profile-steps, --recompute-trials and --recompute-measure must be at least 1, "
+                "--warmup at least 0")
     try:
         for name in ("budget", "reserve", "teraio_budget", "host_budget", "mixed_host_budget", "ssd_capacity"):
             if getattr(args, name) is not None:
                 parse_size(getattr(args, name))
         args.extrapolation = parse_layer_counts(args.extrapolate) if args.extrapolate else None
+        if args.recompute_counts:
+            parse_counts(args.recompute_counts)
     except ValueError as error:
         p.error(str(error))
     if any(m.startswith("teraio") for m in args.mode_list) and args.budget is None and args.teraio_budget is None:
@@ -182,6 +196,16 @@ def parse_size(text):
         return _native.parse_bytes(text)
     except _native.Error as error:
         raise ValueError(f"size {text!r}: {error}") from None
+
+
+def parse_counts(text):
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--recompute-counts: expected numbers of layers like 16,12,8, got {text!r}") from None
+    if not counts or any(c < 0 for c in counts):
+        raise ValueError(f"--recompute-counts: expected numbers of layers >= 0, got {text!r}")
+    return counts
 
 
 def parse_layer_counts(text):
@@ -294,8 +318,9 @@ def count_parameters(workload, attn):
     return sum(p.numel() for p in module.parameters())
 
 
-def make_batches(lm, workload, steps):
-    """Random tokens drawn on the CPU from seed 1: the same batches in every mode and on every device."""
+def batch_stream(lm, workload):
+    """Each step's micro-batches of random tokens, drawn on the CPU from seed 1: the same batches in
+    every mode and on every device, however many steps a mode runs."""
     g = torch.Generator().manual_seed(1)
 
     def draw():
@@ -305,7 +330,8 @@ def make_batches(lm, workload, steps):
 
         return make_batch(g, workload.batch, workload.seq, workload.vocab)
 
-    return [[draw() for _ in range(workload.micro_batches)] for _ in range(steps)]
+    while True:
+        yield [draw() for _ in range(workload.micro_batches)]
 
 
 def make_optimizer(module):
@@ -368,6 +394,8 @@ def single_process_group(device):
 def teraio_tiers(args, mode):
     """(host_budget, ssd paths) of a TeraIO mode."""
     ssd = [args.ssd_dir or f"/var/tmp/teraio/bench-swap/{args.workload}"]
+    if mode == "teraio-recompute":
+        return teraio_tiers(args, f"teraio-{args.recompute_tier}")
     if mode == "teraio-host":
         return args.host_budget, []
     if mode == "teraio-ssd":
@@ -452,27 +480,44 @@ def train(args, workload, mode, device, result, stem):
         enable_checkpointing(lm)
     teraio_mode = mode.startswith("teraio")
     warmup = 1 + args.profile_steps if teraio_mode else args.warmup
-    batches = make_batches(lm, workload, warmup + args.steps)
+    batches = batch_stream(lm, workload)
     with contextlib.ExitStack() as stack:
         if mode == "fsdp2-offload":
             stack.enter_context(single_process_group(device))
             shard_with_cpu_offload(lm)
         optimizer = make_optimizer(lm.module)
         session = open_session(args, mode, device) if teraio_mode else None
-        for i, micro_batches in enumerate(batches):
+
+        def one_step(measured):
+            loss = train_step(lm, optimizer, next(batches), workload, device, mode)
+            record = {"step": len(result["steps"]), "measured": measured}
+            result["steps"].append(record)
+            return record, loss
+
+        def note_loss(record, loss):
+            record["loss"] = loss.item()
+            record["loss_hex"] = float(record["loss"]).hex()
+
+        if mode == "teraio-recompute":
+            result["recompute"] = tune_recomputation(args, lm, session, lambda: note_loss(*one_step(False)))
+            # The session's record of the tuning steps: their times and what moved.
+            for record, native in zip(result["steps"], session.report()["steps"]):
+                record["time_s"] = native["time_s"]
+                record.update({k: native[k] for k in STEP_FIELDS + OPTIONAL_STEP_FIELDS if k in native})
+            warmup = 0
+        tuned = len(result["steps"])
+        for i in range(warmup + args.steps):
             _sync(device)
             started = time.perf_counter()
             with session.step() if session is not None else contextlib.nullcontext():
-                loss = train_step(lm, optimizer, micro_batches, workload, device, mode)
+                record, loss = one_step(i >= warmup)
             _sync(device)
-            record = {"step": i, "measured": i >= warmup, "time_s": time.perf_counter() - started}
-            record["loss"] = loss.item()
-            record["loss_hex"] = float(record["loss"]).hex()
+            record["time_s"] = time.perf_counter() - started
+            note_loss(record, loss)
             if session is not None:
                 record.update({k: session.last_step[k] for k in STEP_FIELDS})
                 record.update({k: session.last_step[k] for k in OPTIONAL_STEP_FIELDS if k in session.last_step})
-            result["steps"].append(record)
-            print_step(args, mode, record, len(batches))
+            print_step(args, mode, record, tuned + warmup + args.steps)
         if session is not None:
             result["teraio"] = teraio_summary(session, f"{stem}-{mode}-timeline.json")
             # Closing brings every offloaded tensor back to the device, which a budget far below the
@@ -483,6 +528,19 @@ def train(args, workload, mode, device, result, stem):
                 result["close_error"] = f"{type(error).__name__}: {str(error)[:300]}"
                 print(f"[{mode}] session.close() failed after the measured steps: {result['close_error']}",
                       flush=True)
+
+
+def tune_recomputation(args, lm, session, step):
+    """teraio-recompute: tune() picks how many of the last decoder layers to recompute; what it
+    tried goes to the result."""
+    from teraio import recompute
+
+    counts = parse_counts(args.recompute_counts) if args.recompute_counts else None
+    choice = recompute.tune(session, lm.blocks, step, counts=counts,
+                            measure_steps=args.recompute_measure, max_trials=args.recompute_trials,
+                            progress=lambda line: print(f"  [{args.workload} teraio-recompute] {line}", flush=True))
+    return {"count": choice.count, "layers": choice.layers, "tuning_steps": choice.steps,
+            "trials": [dataclasses.asdict(t) for t in choice.trials], "summary": choice.describe()}
 
 
 def print_step(args, mode, record, total):
@@ -763,6 +821,13 @@ def table_markdown(table):
     return "\n".join(lines)
 
 
+def table_notes(table):
+    """What a mode chose on its own (teraio-recompute's count), below the table."""
+    notes = [f"- {name}: {entry['recompute']['summary']}" for name, entry in table["modes"].items()
+             if entry.get("recompute")]
+    return "\n" + "\n".join(notes) + "\n" if notes else ""
+
+
 def _num(value, spec):
     return "–" if value is None else spec.format(value)
 
@@ -830,7 +895,7 @@ def bench_main(args, argv):
     stem = out_stem(args)
     with open(f"{stem}.json", "w") as f:
         json.dump(table, f, indent=1, default=str)
-    markdown = table_heading(table) + "\n\n" + table_markdown(table) + "\n"
+    markdown = table_heading(table) + "\n\n" + table_markdown(table) + "\n" + table_notes(table)
     pathlib.Path(f"{stem}.md").write_text(markdown)
     print("\n" + markdown, flush=True)
     print(f"written: {stem}.json, {stem}.md", flush=True)

@@ -240,6 +240,12 @@ class Session:
         finally:
             self._native.exit_resident()
 
+    def reprofile(self):
+        """The training step changed on purpose (e.g. recomputation of some layers turned on or
+        off): the next steps are profiled and planned anew, as the first ones were. From the
+        passive phase a warm-up step comes first."""
+        self._native.reprofile()
+
     def locations(self):
         """Tracked storages by where their bytes are: {"device": (count, bytes), "ssd": ...}."""
         return {k: tuple(v) for k, v in self._native.locations().items()}

@@ -188,6 +188,7 @@ void bind_session(py::module_& m) {
           },
           py::arg("tensors"))
       .def("exit_resident", [](NativeSession& s) { s.session->exit_resident(); })
+      .def("reprofile", [](NativeSession& s) { s.session->reprofile(); })
       .def("close",
            [](NativeSession& s) {
              py::gil_scoped_release release;

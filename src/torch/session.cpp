@@ -256,6 +256,29 @@ void Session::abort_step() {
   if (pending_error_) std::rethrow_exception(std::exchange(pending_error_, nullptr));
 }
 
+void Session::reprofile() {
+  std::lock_guard lock(mutex_);
+  if (phase_ == SessionPhase::kClosed) throw Error(ErrorKind::kShutdown, "the TeraIO session is closed");
+  if (in_step_) throw Error(ErrorKind::kInvalidArgument, "session.reprofile() inside session.step()");
+  if (resident_depth_ > 0)
+    throw Error(ErrorKind::kInvalidArgument, "session.reprofile() inside session.resident()");
+  if (pending_error_) std::rethrow_exception(std::exchange(pending_error_, nullptr));
+  if (!observing_) {
+    slot_ = observe(this);
+    observing_ = true;
+    phase_ = SessionPhase::kWarmup;
+    phase_steps_left_ = std::max(1, config_.warmup_steps);
+  } else {
+    phase_ = SessionPhase::kProfile;
+    phase_steps_left_ = config_.profile_steps;
+  }
+  // The old plan names the old step's operators: it is dropped, not left to be reported.
+  plan_.reset();
+  prediction_.reset();
+  trace_.reset();
+  divergent_steps_ = 0;
+}
+
 void Session::make_plan() {
   if (config_.gpu_budget == 0) {
     go_passive();
@@ -273,6 +296,7 @@ void Session::make_plan() {
                     "; no plan can reach it. Planner: ", plan_->diagnosis.message));
   }
   if (plan_->plan.migrations.empty() && plan_->plan.peak_before <= config_.gpu_budget) {
+    predict();  // the profiled step, reported beside the measured one
     go_passive();
     return;
   }

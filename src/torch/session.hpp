@@ -106,6 +106,11 @@ class Session {
   // Bytes enter_resident(tensors) would fetch.
   std::uint64_t offloaded_bytes(const std::vector<at::Tensor>& tensors);
   void exit_resident();
+  // The training step changed on purpose (recomputation turned on or off for some layers):
+  // the next steps are profiled again and planned anew, as after a divergence but without
+  // waiting for two divergent steps. From the passive phase a warm-up step comes first, so
+  // that the tensors that live across steps are known before the profile.
+  void reprofile();
   void close();
 
   SessionPhase phase() const { return phase_; }

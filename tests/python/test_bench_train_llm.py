@@ -13,7 +13,7 @@ import pytest
 teraio = pytest.importorskip("teraio", reason="needs TeraIO's native module")
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "bench" / "train_llm.py"
-MODES = ["ideal", "teraio-ssd", "ckpt", "save_on_cpu"]
+MODES = ["ideal", "teraio-ssd", "teraio-recompute", "ckpt", "save_on_cpu"]
 
 
 def run_bench(*args):
@@ -26,10 +26,12 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
     out = tmp_path / "out"
     # About a third of the tiny model's footprint: TeraIO must move tensors to the SSD tier.
     done = run_bench("--workload", "tiny", "--modes", ",".join(MODES), "--steps", "2", "--teraio-budget", "1MiB",
-                     "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--out", str(out), "--plot")
+                     "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--out", str(out), "--plot",
+                     "--recompute-tier", "ssd", "--recompute-counts", "2,0")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     table = json.loads((out / "tiny-nocap.json").read_text())
-    assert (out / "tiny-nocap.md").read_text().count("\n| ") == len(MODES) + 1
+    markdown = (out / "tiny-nocap.md").read_text()
+    assert markdown.count("\n| ") == len(MODES) + 1
     assert list(table["modes"]) == MODES
     for mode, entry in table["modes"].items():
         assert entry["status"] == "ok", (mode, entry["status"], entry.get("error_detail"))
@@ -40,6 +42,12 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
     assert [s["loss_hex"] for s in teraio_steps] == [s["loss_hex"] for s in table["modes"]["ideal"]["steps"]]
     assert any(s["measured"] and s["bytes_to_ssd"] > 0 for s in teraio_steps)
     assert pathlib.Path(table["modes"]["teraio-ssd"]["teraio"]["timeline"]).is_file()
+    # teraio-recompute tried both counts in training steps that stay exact, and says what it chose.
+    recompute = table["modes"]["teraio-recompute"]["recompute"]
+    assert [t["count"] for t in recompute["trials"]] == [2, 0] and recompute["count"] in (2, 0)
+    tuned = table["modes"]["teraio-recompute"]["steps"]
+    assert sum(not s["measured"] for s in tuned) == recompute["tuning_steps"] and sum(s["measured"] for s in tuned) == 2
+    assert f"- teraio-recompute: recompute {recompute['count']} of 2 layers" in markdown
     if importlib.util.find_spec("matplotlib") is not None:
         assert (out / "share_of_ideal.png").stat().st_size > 0
 

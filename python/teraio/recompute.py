@@ -1,0 +1,232 @@
+"""teraio.recompute: recomputation beside offloading.
+
+Offloading alone cannot hide activations that are made faster than the link carries them away:
+W1's forward pass makes about 40 GiB of activations in a tenth of a second, and PCIe moves 55 GB/s.
+Recomputing them (activation checkpointing) costs another forward pass of each checkpointed
+layer instead. The two combine. The last layers are the ones to checkpoint, because their
+activations live the shortest time: they are made at the end of the forward pass and used at
+the start of the backward pass, so there is no time to move them out and back. Activations
+made earlier live longer, and offloading can hide their transfers. How many layers to
+checkpoint depends on the model, the budget and the link, so `tune` measures it: for each
+candidate count it profiles, plans and times steps under the session, and keeps the fastest.
+
+Checkpointing here is `torch.utils.checkpoint.checkpoint(..., use_reentrant=False)` around a
+layer's forward. It recomputes the same operators on the same inputs, so losses are bit for
+bit those of the run without it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Callable, Optional, Sequence
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from . import _native
+
+_MARK = "_teraio_recompute"
+
+
+class Recomputation:
+    """Activation checkpointing of the last `count` of `layers` (decoder layers, in order).
+
+    `set(count)` may be called again at any time between steps; `set(0)` puts every layer's own
+    forward back.
+    """
+
+    def __init__(self, layers: Sequence[torch.nn.Module]):
+        self._layers = list(layers)
+        if not self._layers:
+            raise ValueError("Recomputation: no layers given")
+        for index, layer in enumerate(self._layers):
+            if not isinstance(layer, torch.nn.Module):
+                raise TypeError(f"Recomputation: layer {index} is a {type(layer).__name__}, not a torch.nn.Module")
+            if "forward" in vars(layer) and not getattr(vars(layer)["forward"], _MARK, False):
+                # Someone else replaced this layer's forward: wrapping it again would hide theirs.
+                raise ValueError(f"Recomputation: layer {index} ({type(layer).__name__}) already has its forward "
+                                 "replaced (is checkpointing enabled another way?)")
+        self._count = 0
+
+    @property
+    def layers(self) -> int:
+        return len(self._layers)
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def set(self, count: int) -> None:
+        if not 0 <= count <= len(self._layers):
+            raise ValueError(f"Recomputation: count {count} is not between 0 and {len(self._layers)} layers")
+        first = len(self._layers) - count
+        for index, layer in enumerate(self._layers):
+            wrapped = "forward" in vars(layer)
+            if index >= first and not wrapped:
+                layer.forward = _checkpointed(layer.forward)
+            elif index < first and wrapped:
+                del layer.forward  # the class's forward again
+        self._count = count
+
+
+def _checkpointed(forward: Callable) -> Callable:
+    def run(*args, **kwargs):
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    setattr(run, _MARK, True)
+    return run
+
+
+@dataclasses.dataclass
+class Trial:
+    """One candidate count: how its steps ran under the session."""
+
+    count: int                       # layers recomputed (the last ones)
+    step_s: Optional[float]          # the fastest measured step; None when the trial failed
+    phase: str                       # the session's phase when measured: "planned", "passive", or "failed"
+    predicted_step_s: Optional[float]  # the simulator's step for the plan (the profiled step when passive)
+    stall_free: Optional[bool]       # a plan fits the budget without planned waits
+    bytes_offloaded: int = 0         # per measured step, to host and SSD
+    error: Optional[str] = None      # why the trial failed (no plan reaches the budget)
+
+    def describe(self) -> str:
+        if self.step_s is None:
+            return f"{self.count} recomputed: failed ({self.error})"
+        predicted = f", predicted {self.predicted_step_s:.3f} s" if self.predicted_step_s is not None else ""
+        moved = f", {_native.format_bytes(self.bytes_offloaded)} out" if self.bytes_offloaded else ""
+        return f"{self.count} recomputed: {self.step_s:.3f} s ({self.phase}{predicted}{moved})"
+
+
+@dataclasses.dataclass
+class Choice:
+    count: int            # layers recomputed from now on
+    layers: int
+    trials: list          # of Trial, in the order run
+    steps: int            # training steps tune() ran
+
+    def describe(self) -> str:
+        return (f"recompute {self.count} of {self.layers} layers (chosen from {len(self.trials)} trials in "
+                f"{self.steps} training steps: " + "; ".join(t.describe() for t in self.trials) + ")")
+
+
+def _stderr(line: str) -> None:
+    print(f"teraio.recompute: {line}", file=sys.stderr, flush=True)
+
+
+def candidate_counts(layers: int, tried: dict, stride: int) -> list:
+    """The counts the coarse scan visits: every layer checkpointed first, then `stride` fewer at a
+    time down to none."""
+    counts = list(range(layers, -1, -stride))
+    if counts[-1] != 0:
+        counts.append(0)
+    return [c for c in counts if c not in tried]
+
+
+def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[int]] = None,
+         measure_steps: int = 2, max_trials: int = 9, slower_stop: float = 0.10,
+         progress: Optional[Callable[[str], None]] = _stderr) -> Choice:
+    """Chooses how many of `layers` (the last ones) to recompute under `session`, by measuring.
+
+    `step()` runs one training step's forward, backward and optimizer step; tune() runs it inside
+    `session.step()` itself. Every trial sets the count, has the session profile and plan the
+    changed step (`session.reprofile()`), then times `measure_steps` planned steps and keeps the
+    fastest. With `counts` the trials are exactly those; otherwise a scan from every layer
+    checkpointed down to none in strides of a quarter of the layers, stopped early once a trial
+    is more than `slower_stop` slower than the best and slower than the one before it, then
+    refined around the best by halving strides, `max_trials` in all.
+
+    These are real training steps: the model trains while tune() runs (the losses are those of
+    the same steps without TeraIO, since checkpointing recomputes the same values). A trial whose
+    budget no plan can reach is recorded as failed and the next one runs; any other error
+    propagates. Returns the Choice; the chosen count stays applied and the session is planned for
+    it (tune() runs the extra profile steps when the last trial was another count).
+    """
+    recomputation = layers if isinstance(layers, Recomputation) else Recomputation(layers)
+    n = recomputation.layers
+    if measure_steps < 1:
+        raise ValueError(f"tune: measure_steps must be >= 1 (got {measure_steps})")
+    if counts is not None:
+        counts = list(counts)
+        bad = [c for c in counts if not 0 <= c <= n]
+        if bad or not counts:
+            raise ValueError(f"tune: counts must be a non-empty list of numbers between 0 and {n} (got {counts})")
+    say = progress or (lambda line: None)
+    state = {"steps": 0}
+    tried: dict = {}
+    order: list = []
+
+    def run_steps_until_planned():
+        # A warm-up step (after the passive phase), the profile steps, then the plan.
+        for _ in range(64):
+            with session.step():
+                step()
+            state["steps"] += 1
+            if session.last_step["planned_now"]:
+                return
+        raise RuntimeError("tune: the session did not plan within 64 steps")
+
+    def trial(count):
+        recomputation.set(count)
+        if session.phase != "warmup":
+            session.reprofile()
+        try:
+            run_steps_until_planned()
+        except _native.Error as error:
+            if getattr(error, "kind", None) != "infeasible":
+                raise
+            result = Trial(count, None, "failed", None, None, error=str(error).splitlines()[0][:200])
+        else:
+            times, moved = [], []
+            for _ in range(measure_steps):
+                with session.step():
+                    step()
+                state["steps"] += 1
+                times.append(session.last_step["time_s"])
+                moved.append(session.last_step["bytes_offloaded"])
+            plan = session.report()["plan"]
+            best = min(range(len(times)), key=times.__getitem__)
+            result = Trial(count, times[best], session.phase, plan.get("predicted_step_s"),
+                           True if session.phase == "passive" else plan.get("stall_free"), moved[best])
+        tried[count] = result
+        order.append(result)
+        say(f"trial {len(order)}: {result.describe()}")
+        return result
+
+    def best():
+        done = [t for t in order if t.step_s is not None]
+        return min(done, key=lambda t: t.step_s) if done else None
+
+    if counts is not None:
+        for count in counts:
+            trial(count)
+    else:
+        stride = max(1, n // 4)
+        previous = None
+        for count in candidate_counts(n, tried, stride):
+            if len(order) >= max_trials:
+                break
+            result = trial(count)
+            leader = best()
+            if result.step_s is None or (leader is not None and previous is not None and previous.step_s is not None
+                                         and result.step_s > leader.step_s * (1 + slower_stop)
+                                         and result.step_s > previous.step_s):
+                break  # fewer recomputed layers only adds memory to move
+            previous = result
+        while stride > 1 and len(order) < max_trials and best() is not None:
+            stride = (stride + 1) // 2
+            centre = best().count
+            # A count no plan reached bounds the counts below it: they need more memory still.
+            floor = max((t.count for t in order if t.step_s is None), default=-1)
+            for count in (centre - stride, centre + stride):
+                if floor < count <= n and count not in tried and len(order) < max_trials:
+                    trial(count)
+    chosen = best()
+    if chosen is None:
+        raise _native.Error("tune: no trial ran: " + "; ".join(t.describe() for t in order))
+    if order[-1].count != chosen.count:
+        recomputation.set(chosen.count)
+        session.reprofile()
+        run_steps_until_planned()
+    choice = Choice(chosen.count, n, order, state["steps"])
+    say(choice.describe())
+    return choice

@@ -1,0 +1,216 @@
+"""teraio.recompute: checkpointing of the last layers, a session profiled again when the step
+changes, and tune() choosing the count by measuring, with losses, parameters and optimizer
+state bit for bit those of the same training without TeraIO or checkpointing."""
+import contextlib
+
+import pytest
+import torch
+
+import teraio
+from teraio import recompute
+from teraio.models import GPT, GPTConfig, make_batch
+
+CONFIG = GPTConfig(vocab=64, d_model=64, layers=4, heads=2, seq=16, batch=4, tie_weights=False)
+FAST = {key: 1e12 for key in ("d2h", "h2d", "ssd_read", "ssd_write")}
+
+
+def _setup():
+    torch.manual_seed(0)
+    model = GPT(CONFIG)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
+
+
+class Trainer:
+    """The same batches, one per step, in every run."""
+
+    def __init__(self):
+        self.model, self.optimizer = _setup()
+        self.generator = torch.Generator().manual_seed(7)
+        self.losses = []
+
+    def step(self):
+        tokens, targets = make_batch(self.generator, CONFIG.batch, CONFIG.seq, CONFIG.vocab)
+        loss = self.model(tokens, targets)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.losses.append(loss.detach().clone())
+
+    def state(self):
+        return ([p.detach().clone() for p in self.model.parameters()],
+                [t.detach().clone() for s in self.optimizer.state.values() for t in s.values()])
+
+
+def _reference(steps):
+    trainer = Trainer()
+    for _ in range(steps):
+        trainer.step()
+    return trainer
+
+
+def _assert_same(want, got):
+    assert len(got.losses) == len(want.losses)
+    for i, (w, g) in enumerate(zip(want.losses, got.losses)):
+        assert torch.equal(w, g), f"loss {i}: {g.item()!r} against {w.item()!r}"
+    for kind, ws, gs in zip(("parameter", "optimizer state"), want.state(), got.state()):
+        for i, (w, g) in enumerate(zip(ws, gs)):
+            assert torch.equal(w, g), f"{kind} {i} differs"
+
+
+def _footprint():
+    trainer = Trainer()
+    with teraio.Session(gpu_budget=None, device="cpu", warmup_steps=1, profile_steps=1) as session:
+        for _ in range(2):
+            with session.step():
+                trainer.step()
+        return session.report()["footprint_bytes"]
+
+
+def test_recomputation_wraps_the_last_layers_and_unwraps_them():
+    model, _ = _setup()
+    r = recompute.Recomputation(model.blocks)
+    r.set(3)
+    assert [("forward" in vars(b)) for b in model.blocks] == [False, True, True, True]
+    r.set(1)
+    assert [("forward" in vars(b)) for b in model.blocks] == [False, False, False, True]
+    r.set(0)
+    assert not any("forward" in vars(b) for b in model.blocks)
+    with pytest.raises(ValueError, match="between 0 and 4"):
+        r.set(5)
+    model.blocks[0].forward = lambda x: x
+    with pytest.raises(ValueError, match="already has its forward replaced"):
+        recompute.Recomputation(model.blocks)
+    with pytest.raises(ValueError, match="no layers"):
+        recompute.Recomputation([])
+
+
+def test_checkpointed_training_is_exact_without_a_session():
+    want = _reference(3)
+    got = Trainer()
+    recompute.Recomputation(got.model.blocks).set(4)
+    for _ in range(3):
+        got.step()
+    _assert_same(want, got)
+
+
+def test_tune_measures_every_count_and_keeps_training_exact(tmp_path):
+    budget = _footprint() // 2
+    trainer = Trainer()
+    session = teraio.Session(gpu_budget=budget, ssd=[tmp_path], ssd_capacity="64MiB", device="cpu",
+                             warmup_steps=1, profile_steps=1, bandwidths=FAST)
+    lines = []
+    choice = recompute.tune(session, trainer.model.blocks, trainer.step, counts=[4, 2, 0], measure_steps=1,
+                            progress=lines.append)
+    assert [t.count for t in choice.trials] == [4, 2, 0]
+    assert all(t.step_s is not None and t.step_s > 0 for t in choice.trials), choice.trials
+    assert choice.count in (4, 2, 0) and choice.layers == 4
+    assert choice.steps == len(trainer.losses)
+    assert len(lines) == 4 and lines[-1].startswith("recompute ")
+    # Planned for the chosen count: later steps run that plan without diverging.
+    assert session.phase == "planned"
+    for _ in range(2):
+        with session.step():
+            trainer.step()
+    steps = session.report()["steps"]
+    assert [s["phase"] for s in steps[-2:]] == ["planned", "planned"]
+    assert not any(s["diverged"] for s in steps), [s["diverged"] for s in steps]
+    assert sum(s["bytes_offloaded"] for s in steps[-2:]) > 0
+    session.close()
+    _assert_same(_reference(len(trainer.losses)), trainer)
+
+
+def test_reprofile_after_the_passive_phase_observes_again(tmp_path):
+    trainer = Trainer()
+    footprint = _footprint()
+    # Room for everything: the session goes passive (nothing observed, nothing moved)...
+    session = teraio.Session(gpu_budget=footprint * 2, device="cpu", warmup_steps=1, profile_steps=1)
+    for _ in range(2):
+        with session.step():
+            trainer.step()
+    assert session.phase == "passive"
+    assert session.report()["plan"]["profiled_step_s"] > 0
+    # ...and a step made larger on purpose is warmed up, profiled and planned again.
+    session.reprofile()
+    assert session.phase == "warmup"
+    phases = []
+    for _ in range(3):
+        with session.step():
+            trainer.step()
+        phases.append(session.last_step["phase"])
+    assert phases == ["warmup", "profile", "passive"], phases
+    assert session.phase == "passive"
+    session.close()
+    with pytest.raises(teraio.Error, match="closed"):
+        session.reprofile()
+    _assert_same(_reference(5), trainer)
+
+
+def test_reprofile_inside_a_step_is_refused(tmp_path):
+    trainer = Trainer()
+    session = teraio.Session(gpu_budget="1GiB", device="cpu")
+    with pytest.raises(teraio.Error, match="inside session.step"):
+        with session.step():
+            trainer.step()
+            session.reprofile()
+    session.close()
+
+
+class FakeSession:
+    """Step times from a function of the count: tune()'s search, without training."""
+
+    def __init__(self, time_of, recomputation):
+        self.time_of, self.recomputation = time_of, recomputation
+        self.phase, self.left, self.last_step, self.reprofiles = "warmup", 2, None, 0
+
+    def reprofile(self):
+        self.phase, self.left = "profile", 1
+        self.reprofiles += 1
+
+    @contextlib.contextmanager
+    def step(self):
+        yield self
+        planned_now = False
+        if self.phase in ("warmup", "profile"):
+            self.left -= 1
+            if self.left == 0:
+                self.phase, planned_now = "planned", True
+        self.last_step = {"planned_now": planned_now, "time_s": self.time_of(self.recomputation.count),
+                          "bytes_offloaded": 0}
+
+    def report(self):
+        return {"plan": {"predicted_step_s": None, "stall_free": True}}
+
+
+def _search(time_of, layers=16, **kw):
+    r = recompute.Recomputation([torch.nn.Linear(1, 1) for _ in range(layers)])
+    session = FakeSession(time_of, r)
+    choice = recompute.tune(session, r, lambda: None, progress=None, **kw)
+    return choice, [t.count for t in choice.trials], session
+
+
+def test_search_scans_down_then_refines_around_the_fastest():
+    choice, tried, session = _search(lambda c: abs(c - 5) + 1.0)
+    assert tried[:5] == [16, 12, 8, 4, 0]
+    assert choice.count == 5 and len(tried) <= 9
+    assert session.phase == "planned" and session.recomputation.count == 5
+
+
+def test_search_stops_descending_once_slower_and_worsening():
+    choice, tried, _ = _search(lambda c: 1.0 + (16 - c) ** 2, layers=16)
+    assert tried == [16, 12, 14, 15], tried  # 12 is slower than 16: no coarse step below it
+    assert choice.count == 16
+
+
+def test_search_sets_the_chosen_count_back_and_replans_it():
+    choice, tried, session = _search(lambda c: 1.0 if c == 4 else 2.0, layers=4)
+    assert tried == [4, 3]
+    assert choice.count == 4 and session.recomputation.count == 4
+    assert session.reprofiles == 2  # the other trial, then the chosen count again
+
+
+def test_tune_refuses_bad_counts():
+    r = recompute.Recomputation([torch.nn.Linear(1, 1)])
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        recompute.tune(FakeSession(lambda c: 1.0, r), r, lambda: None, counts=[2], progress=None)
+    with pytest.raises(ValueError, match="measure_steps"):
+        recompute.tune(FakeSession(lambda c: 1.0, r), r, lambda: None, measure_steps=0, progress=None)
