@@ -490,7 +490,7 @@ def train(args, workload, mode, device, result, stem):
 
         def one_step(measured):
             loss = train_step(lm, optimizer, next(batches), workload, device, mode)
-            record = {"step": len(result["steps"]), "measured": measured}
+            record = {"step": len(result["steps"]), "measured": measured, "time_s": None}
             result["steps"].append(record)
             return record, loss
 

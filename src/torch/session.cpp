@@ -266,6 +266,7 @@ void Session::reprofile() {
   if (!observing_) {
     slot_ = observe(this);
     observing_ = true;
+    remove_dead();  // storages freed while nothing was observed
     phase_ = SessionPhase::kWarmup;
     phase_steps_left_ = std::max(1, config_.warmup_steps);
   } else {
@@ -345,23 +346,32 @@ void Session::set_migrations(std::vector<plan::Migration> migrations) {
   predict();
 }
 
-void Session::stop_with_everything_back() {
-  // Tensors outlive the observer: every storage gets its bytes back before it goes.
+void Session::bring_everything_back() {
   executor_->set_mode(runtime::Mode::kPassive);
   executor_->drain();
   remove_dead();
-  const std::vector<TensorId> ids = tracked_ids({});
-  executor_->fetch(ids);
-  for (const TensorId id : ids) executor_->remove_tensor(id);
+  executor_->fetch(tracked_ids({}));
   memory_->unpin_settled(*executor_);
+}
+
+void Session::stop_with_everything_back() {
+  // Tensors outlive the observer: every storage gets its bytes back before it goes.
+  bring_everything_back();
+  for (const TensorId id : tracked_ids({})) executor_->remove_tensor(id);
   table_.clear();
   stop_observing(slot_);
   observing_ = false;
 }
 
 void Session::go_passive() {
-  // Nothing to move: the steps of a model that fits cost what they cost without TeraIO.
-  stop_with_everything_back();
+  // Nothing to move: the steps of a model that fits cost what they cost without TeraIO. The
+  // storages stay in the table (all resident), so that after reprofile() the executor counts
+  // the ones a step has not touched yet, such as optimizer state before the optimizer runs;
+  // without them reactive eviction would hold the budget over too little and the step could
+  // run out of device memory.
+  bring_everything_back();
+  stop_observing(slot_);
+  observing_ = false;
   phase_ = SessionPhase::kPassive;
 }
 

@@ -165,6 +165,7 @@ class Session {
   std::vector<TensorId> tracked_ids(const std::vector<at::Tensor>& tensors);
   void make_plan();
   void predict();
+  void bring_everything_back();
   void go_passive();
   void stop_with_everything_back();
   void diverge(const std::string& why);

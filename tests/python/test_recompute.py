@@ -132,6 +132,11 @@ def test_reprofile_after_the_passive_phase_observes_again(tmp_path):
     # ...and a step made larger on purpose is warmed up, profiled and planned again.
     session.reprofile()
     assert session.phase == "warmup"
+    # Observed again knowing every storage that lives across steps (the optimizer state among
+    # them), so that reactive eviction counts memory the next step has not touched yet.
+    large = [p for p in trainer.model.parameters() if p.numel() * p.element_size() >= 4096]  # min_tensor_bytes
+    count, size = session.locations()["device"]
+    assert count >= 3 * len(large) and size >= 3 * sum(p.numel() * p.element_size() for p in large)
     phases = []
     for _ in range(3):
         with session.step():
