@@ -1,7 +1,7 @@
 """teraio.recompute: recomputation beside offloading.
 
 Offloading alone cannot hide activations that are made faster than the link carries them away:
-W1's forward pass makes about 40 GiB of activations in a tenth of a second, and PCIe moves 55 GB/s.
+W1's forward pass makes about 30 GiB of activations in a tenth of a second, and PCIe moves 55 GB/s.
 Recomputing them (activation checkpointing) costs another forward pass of each checkpointed
 layer instead. The two combine. The last layers are the ones to checkpoint, because their
 activations live the shortest time: they are made at the end of the forward pass and used at

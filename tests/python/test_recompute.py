@@ -166,6 +166,7 @@ class FakeSession:
     def __init__(self, time_of, recomputation):
         self.time_of, self.recomputation = time_of, recomputation
         self.phase, self.left, self.last_step, self.reprofiles = "warmup", 2, None, 0
+        self.device = "cpu"
 
     def reprofile(self):
         self.phase, self.left = "profile", 1
