@@ -150,13 +150,19 @@ runtime::Mode Session::step_mode() const {
   return phase_ == SessionPhase::kPlanned ? runtime::Mode::kPlanned : runtime::Mode::kReactive;
 }
 
+void Session::check_between_steps(std::string_view call) {
+  if (phase_ == SessionPhase::kClosed) throw Error(ErrorKind::kShutdown, "the TeraIO session is closed");
+  if (in_step_) {
+    throw Error(ErrorKind::kInvalidArgument,
+                cat(call, " inside session.step()", call == "session.step()" ? ": steps do not nest" : ""));
+  }
+  if (resident_depth_ > 0) throw Error(ErrorKind::kInvalidArgument, cat(call, " inside session.resident()"));
+  if (pending_error_) std::rethrow_exception(std::exchange(pending_error_, nullptr));
+}
+
 void Session::begin_step() {
   std::lock_guard lock(mutex_);
-  if (phase_ == SessionPhase::kClosed) throw Error(ErrorKind::kShutdown, "the TeraIO session is closed");
-  if (in_step_) throw Error(ErrorKind::kInvalidArgument, "session.step() entered twice: steps do not nest");
-  if (resident_depth_ > 0)
-    throw Error(ErrorKind::kInvalidArgument, "session.step() inside session.resident()");
-  if (pending_error_) std::rethrow_exception(std::exchange(pending_error_, nullptr));
+  check_between_steps("session.step()");
   in_step_ = true;
   op_counter_ = 0;
   births_previous_ = std::move(births_);
@@ -258,11 +264,7 @@ void Session::abort_step() {
 
 void Session::reprofile() {
   std::lock_guard lock(mutex_);
-  if (phase_ == SessionPhase::kClosed) throw Error(ErrorKind::kShutdown, "the TeraIO session is closed");
-  if (in_step_) throw Error(ErrorKind::kInvalidArgument, "session.reprofile() inside session.step()");
-  if (resident_depth_ > 0)
-    throw Error(ErrorKind::kInvalidArgument, "session.reprofile() inside session.resident()");
-  if (pending_error_) std::rethrow_exception(std::exchange(pending_error_, nullptr));
+  check_between_steps("session.reprofile()");
   if (!observing_) {
     slot_ = observe(this);
     observing_ = true;

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -141,6 +142,9 @@ class Session {
   void on_op_end(const at::RecordFunction& fn, OpState& op, int depth);
 
  private:
+  // Refuses `call` on a closed session, inside a step or inside resident(); raises a pending
+  // storage-engine error.
+  void check_between_steps(std::string_view call);
   bool on_device(const at::Tensor& tensor) const;
   // On the device and large enough to be worth moving (config.min_tensor_bytes).
   bool movable(const at::Tensor& tensor) const;
