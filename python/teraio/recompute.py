@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import types
 from typing import Callable, Optional, Sequence
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 from . import _native
-
-_MARK = "_teraio_recompute"
+from .session import _error
 
 
 class Recomputation:
@@ -42,11 +42,13 @@ class Recomputation:
         for index, layer in enumerate(self._layers):
             if not isinstance(layer, torch.nn.Module):
                 raise TypeError(f"Recomputation: layer {index} is a {type(layer).__name__}, not a torch.nn.Module")
-            if "forward" in vars(layer) and not getattr(vars(layer)["forward"], _MARK, False):
+            if "forward" in vars(layer) and not _is_ours(vars(layer)["forward"]):
                 # Someone else replaced this layer's forward: wrapping it again would hide theirs.
                 raise ValueError(f"Recomputation: layer {index} ({type(layer).__name__}) already has its forward "
                                  "replaced (is checkpointing enabled another way?)")
+        # Layers an earlier Recomputation wrapped: their count, made the last ones.
         self._count = 0
+        self.set(sum("forward" in vars(layer) for layer in self._layers))
 
     @property
     def layers(self) -> int:
@@ -63,18 +65,20 @@ class Recomputation:
         for index, layer in enumerate(self._layers):
             wrapped = "forward" in vars(layer)
             if index >= first and not wrapped:
-                layer.forward = _checkpointed(layer.forward)
+                # A method bound to the layer, not a closure over its forward: a deepcopy of
+                # the model then checkpoints the copy's own layers.
+                layer.forward = types.MethodType(_checkpointed_forward, layer)
             elif index < first and wrapped:
                 del layer.forward  # the class's forward again
         self._count = count
 
 
-def _checkpointed(forward: Callable) -> Callable:
-    def run(*args, **kwargs):
-        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+def _checkpointed_forward(layer, *args, **kwargs):
+    return checkpoint(type(layer).forward, layer, *args, use_reentrant=False, **kwargs)
 
-    setattr(run, _MARK, True)
-    return run
+
+def _is_ours(forward) -> bool:
+    return isinstance(forward, types.MethodType) and forward.__func__ is _checkpointed_forward
 
 
 @dataclasses.dataclass
@@ -83,11 +87,12 @@ class Trial:
 
     count: int                       # layers recomputed (the last ones)
     step_s: Optional[float]          # the fastest measured step; None when the trial failed
-    phase: str                       # the session's phase when measured: "planned", "passive", or "failed"
+    phase: str                       # the session's phase when measured ("planned", "passive"; "profile"
+                                     # after two divergent steps), or "failed"
     predicted_step_s: Optional[float]  # the simulator's step for the plan (the profiled step when passive)
     stall_free: Optional[bool]       # a plan fits the budget without planned waits
     bytes_offloaded: int = 0         # per measured step, to host and SSD
-    error: Optional[str] = None      # why the trial failed (no plan reaches the budget)
+    error: Optional[str] = None      # why the trial failed: planning its profiled step failed
 
     def describe(self) -> str:
         if self.step_s is None:
@@ -107,6 +112,10 @@ class Choice:
     def describe(self) -> str:
         return (f"recompute {self.count} of {self.layers} layers (chosen from {len(self.trials)} trials in "
                 f"{self.steps} training steps: " + "; ".join(t.describe() for t in self.trials) + ")")
+
+
+class _PlanFailed(Exception):
+    """Planning a trial's profiled step failed; the step itself had completed."""
 
 
 def _stderr(line: str) -> None:
@@ -137,8 +146,9 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
 
     These are real training steps: the model trains while tune() runs (the losses are those of
     the same steps without TeraIO, since checkpointing recomputes the same values). A trial whose
-    budget no plan can reach is recorded as failed and the next one runs; any other error
-    propagates. Returns the Choice; the chosen count stays applied and the session is planned for
+    profiled step cannot be planned (the budget is below what one operator needs) is recorded
+    as failed and the search goes on; an error inside a step propagates, since the step may
+    have left the training half updated. Returns the Choice; the chosen count stays applied and the session is planned for
     it (tune() runs the extra profile steps when the last trial was another count).
     """
     recomputation = layers if isinstance(layers, Recomputation) else Recomputation(layers)
@@ -155,15 +165,31 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
     tried: dict = {}
     order: list = []
 
+    def run_step():
+        """One step; raises _PlanFailed when only the planning at its end failed."""
+        completed = False
+        try:
+            with session.step():
+                step()
+                completed = True
+        except _native.Error as error:
+            # An error inside the step (an operator's fetch, reactive eviction) may have left
+            # the training state half updated: it propagates. Planning runs after a complete
+            # step, so its failure leaves the model as the step left it.
+            if completed:
+                state["steps"] += 1
+                if session.report()["steps"][-1].get("plan_error"):
+                    raise _PlanFailed(str(error).splitlines()[0][:200]) from error
+            raise
+        state["steps"] += 1
+
     def run_steps_until_planned():
         # A warm-up step (after the passive phase), the profile steps, then the plan.
         for _ in range(64):
-            with session.step():
-                step()
-            state["steps"] += 1
+            run_step()
             if session.last_step["planned_now"]:
                 return
-        raise RuntimeError("tune: the session did not plan within 64 steps")
+        raise _error("tune: the session did not plan within 64 steps", "internal error")
 
     def trial(count):
         recomputation.set(count)
@@ -171,18 +197,14 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
             session.reprofile()
         try:
             run_steps_until_planned()
-        except _native.Error as error:
-            if getattr(error, "kind", None) != "infeasible":
-                raise
-            result = Trial(count, None, "failed", None, None, error=str(error).splitlines()[0][:200])
-        else:
             times, moved = [], []
             for _ in range(measure_steps):
-                with session.step():
-                    step()
-                state["steps"] += 1
+                run_step()
                 times.append(session.last_step["time_s"])
                 moved.append(session.last_step["bytes_offloaded"])
+        except _PlanFailed as failure:
+            result = Trial(count, None, "failed", None, None, error=str(failure))
+        else:
             plan = session.report()["plan"]
             best = min(range(len(times)), key=times.__getitem__)
             result = Trial(count, times[best], session.phase, plan.get("predicted_step_s"),
@@ -222,7 +244,8 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
                     trial(count)
     chosen = best()
     if chosen is None:
-        raise _native.Error("tune: no trial ran: " + "; ".join(t.describe() for t in order))
+        raise _error("tune: no count of recomputed layers could be planned: " +
+                     "; ".join(t.describe() for t in order), "infeasible")
     if order[-1].count != chosen.count:
         recomputation.set(chosen.count)
         session.reprofile()

@@ -30,10 +30,15 @@ def _device(value):
     return str(device)
 
 
-def _unsupported(message):
+def _error(message, kind):
+    """A teraio.Error raised from Python, with its kind as the native ones have it."""
     error = _native.Error(message)
-    error.kind = "unsupported"
+    error.kind = kind
     return error
+
+
+def _unsupported(message):
+    return _error(message, "unsupported")
 
 
 def _refuse_what_bypasses_the_observer():

@@ -46,6 +46,7 @@ py::dict step_dict(const StepRecord& r) {
   d["peak_resident"] = s.peak_resident;
   d["ops"] = r.ops;
   d["diverged"] = r.diverged;
+  d["plan_error"] = r.plan_error;
   d["planned_now"] = r.planned_now;
   return d;
 }

@@ -238,7 +238,13 @@ StepRecord Session::end_step() {
         phase_ = SessionPhase::kProfile;
         phase_steps_left_ = config_.profile_steps;
       } else if (!pending_error_) {
-        make_plan();
+        try {
+          make_plan();
+        } catch (const std::exception& error) {
+          record.plan_error = error.what();
+          steps_.push_back(record);
+          throw;
+        }
         record.planned_now = true;
       }
     }
@@ -270,6 +276,10 @@ void Session::reprofile() {
     observing_ = true;
     remove_dead();  // storages freed while nothing was observed
     phase_ = SessionPhase::kWarmup;
+    phase_steps_left_ = std::max(1, config_.warmup_steps);
+  } else if (phase_ == SessionPhase::kWarmup) {
+    // Still warming up: storages made before the session must be seen in a warm-up step to
+    // be known as living across steps, so the warm-up runs in full.
     phase_steps_left_ = std::max(1, config_.warmup_steps);
   } else {
     phase_ = SessionPhase::kProfile;

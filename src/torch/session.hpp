@@ -85,6 +85,9 @@ struct StepRecord {
   std::size_t ops = 0;
   bool diverged = false;
   bool planned_now = false;  // the plan was made at the end of this step
+  // Why planning at the end of this step failed (the step itself completed; end_step raised
+  // the error): a caller trying steps on purpose, as recompute.tune() does, can go on.
+  std::string plan_error;
 };
 
 class Session {

@@ -2,6 +2,7 @@
 changes, and tune() choosing the count by measuring, with losses, parameters and optimizer
 state bit for bit those of the same training without TeraIO or checkpointing."""
 import contextlib
+import copy
 
 import pytest
 import torch
@@ -161,12 +162,14 @@ def test_reprofile_inside_a_step_is_refused(tmp_path):
 
 
 class FakeSession:
-    """Step times from a function of the count: tune()'s search, without training."""
+    """Step times from a function of the count: tune()'s search, without training. Planning
+    fails (as end_step raises it: after a complete step) for the counts in `unplannable`."""
 
-    def __init__(self, time_of, recomputation):
-        self.time_of, self.recomputation = time_of, recomputation
+    def __init__(self, time_of, recomputation, unplannable=()):
+        self.time_of, self.recomputation, self.unplannable = time_of, recomputation, set(unplannable)
         self.phase, self.left, self.last_step, self.reprofiles = "warmup", 2, None, 0
         self.device = "cpu"
+        self.records = []
 
     def reprofile(self):
         self.phase, self.left = "profile", 1
@@ -175,22 +178,30 @@ class FakeSession:
     @contextlib.contextmanager
     def step(self):
         yield self
-        planned_now = False
+        planned_now, plan_error = False, ""
         if self.phase in ("warmup", "profile"):
             self.left -= 1
             if self.left == 0:
-                self.phase, planned_now = "planned", True
+                if self.recomputation.count in self.unplannable:
+                    plan_error = "gpu_budget is below what operator 7 needs at once"
+                else:
+                    self.phase, planned_now = "planned", True
+        self.records.append({"step": len(self.records), "plan_error": plan_error})
+        if plan_error:
+            error = teraio.Error(plan_error)
+            error.kind = "infeasible"
+            raise error
         self.last_step = {"planned_now": planned_now, "time_s": self.time_of(self.recomputation.count),
                           "bytes_offloaded": 0}
 
     def report(self):
-        return {"plan": {"predicted_step_s": None, "stall_free": True}}
+        return {"plan": {"predicted_step_s": None, "stall_free": True}, "steps": self.records}
 
 
-def _search(time_of, layers=16, **kw):
+def _search(time_of, layers=16, unplannable=(), step=lambda: None, **kw):
     r = recompute.Recomputation([torch.nn.Linear(1, 1) for _ in range(layers)])
-    session = FakeSession(time_of, r)
-    choice = recompute.tune(session, r, lambda: None, progress=None, **kw)
+    session = FakeSession(time_of, r, unplannable)
+    choice = recompute.tune(session, r, step, progress=None, **kw)
     return choice, [t.count for t in choice.trials], session
 
 
@@ -220,3 +231,55 @@ def test_tune_refuses_bad_counts():
         recompute.tune(FakeSession(lambda c: 1.0, r), r, lambda: None, counts=[2], progress=None)
     with pytest.raises(ValueError, match="measure_steps"):
         recompute.tune(FakeSession(lambda c: 1.0, r), r, lambda: None, measure_steps=0, progress=None)
+
+
+def test_a_count_that_cannot_be_planned_is_a_failed_trial_and_bounds_the_search():
+    # Fewer than 8 recomputed layers cannot be planned; 8 is the fastest that can.
+    choice, tried, session = _search(lambda c: 1.0 + c / 16, unplannable=range(8))
+    failed = [t for t in choice.trials if t.step_s is None]
+    # The coarse scan stops at 4; refining tries 6 and 7, never what a failure bounds (0, 5).
+    assert [t.count for t in failed] == [4, 6, 7], tried
+    assert 0 not in tried and 5 not in tried
+    assert "operator 7" in failed[0].error and failed[0].phase == "failed"
+    assert all(t.count >= 8 for t in choice.trials if t.step_s is not None)
+    assert choice.count == 8 and choice.steps == len(session.records)
+
+
+def test_every_count_unplannable_raises_an_infeasible_teraio_error():
+    with pytest.raises(teraio.Error, match="no count of recomputed layers could be planned") as failure:
+        _search(lambda c: 1.0, layers=2, unplannable=range(3))
+    assert failure.value.kind == "infeasible"
+
+
+def test_an_error_inside_a_step_propagates():
+    def step():
+        error = teraio.Error("cannot fetch tensor 3")
+        error.kind = "I/O error"
+        raise error
+
+    with pytest.raises(teraio.Error, match="cannot fetch"):
+        _search(lambda c: 1.0, layers=2, step=step)
+
+
+def test_reprofile_during_warmup_keeps_the_warmup():
+    trainer = Trainer()
+    session = teraio.Session(gpu_budget="1GiB", device="cpu", warmup_steps=1, profile_steps=1)
+    session.reprofile()
+    assert session.phase == "warmup"
+    with session.step():
+        trainer.step()
+    assert session.last_step["phase"] == "warmup"
+    session.close()
+
+
+def test_a_deepcopy_checkpoints_its_own_layers():
+    model, _ = _setup()
+    recompute.Recomputation(model.blocks).set(2)
+    twin = copy.deepcopy(model)
+    assert twin.blocks[3].forward.__self__ is twin.blocks[3]
+    assert recompute.Recomputation(twin.blocks).count == 2  # an earlier wrapping is counted
+    tokens, targets = make_batch(torch.Generator().manual_seed(3), CONFIG.batch, CONFIG.seq, CONFIG.vocab)
+    with torch.no_grad():
+        for p in twin.blocks[3].parameters():
+            p.zero_()
+    assert not torch.equal(model(tokens, targets), twin(tokens, targets))
