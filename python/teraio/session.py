@@ -245,6 +245,17 @@ class Session:
         finally:
             self._native.exit_resident()
 
+    def track(self, *objects):
+        """Tracks the tensors of the given modules (parameters and buffers), optimizers (state)
+        and containers from now on, before the first step: when they already exist (resuming
+        from a checkpoint), the warm-up's reactive eviction then counts them before an operator
+        touches them, which keeps a capped device from running out of memory. Returns the bytes
+        newly tracked."""
+        tensors = _collect_tensors(objects)
+        if objects and not tensors:
+            raise ValueError("track(): no tensors in the given objects")
+        return self._native.track(tensors)
+
     def reprofile(self):
         """The training step changed on purpose (e.g. recomputation of some layers turned on or
         off): the next steps are profiled and planned anew, as the first ones were. From the

@@ -190,6 +190,10 @@ void bind_session(py::module_& m) {
           py::arg("tensors"))
       .def("exit_resident", [](NativeSession& s) { s.session->exit_resident(); })
       .def("reprofile", [](NativeSession& s) { s.session->reprofile(); })
+      .def(
+          "track",
+          [](NativeSession& s, const std::vector<at::Tensor>& tensors) { return s.session->track(tensors); },
+          py::arg("tensors"))
       .def("close",
            [](NativeSession& s) {
              py::gil_scoped_release release;

@@ -292,6 +292,26 @@ void Session::reprofile() {
   divergent_steps_ = 0;
 }
 
+std::uint64_t Session::track(const std::vector<at::Tensor>& tensors) {
+  std::lock_guard lock(mutex_);
+  check_between_steps("session.track()");
+  if (phase_ != SessionPhase::kWarmup || !observing_) {
+    throw Error(
+        ErrorKind::kInvalidArgument,
+        cat("session.track() is for tensors that exist before the session's first steps; the session is ",
+            to_string(phase_), " (track before the first step, with warmup_steps >= 1)"));
+  }
+  std::uint64_t bytes = 0;
+  for (const at::Tensor& tensor : tensors) {
+    if (!movable(tensor)) continue;
+    const c10::Storage& storage = tensor.storage();
+    if (table_.find(storage.unsafeGetStorageImpl()) != nullptr) continue;
+    identify(storage, FirstSight{}, {});
+    bytes += storage.nbytes();
+  }
+  return bytes;
+}
+
 void Session::make_plan() {
   if (config_.gpu_budget == 0) {
     go_passive();

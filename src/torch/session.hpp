@@ -115,6 +115,12 @@ class Session {
   // waiting for two divergent steps. From the passive phase a warm-up step comes first, so
   // that the tensors that live across steps are known before the profile.
   void reprofile();
+  // Tensors that exist before the session's first step (a resumed optimizer's state, the
+  // parameters): tracked now, so that reactive eviction in the warm-up counts them before an
+  // operator touches them. Without it, state the warm-up has not reached yet is memory the
+  // budget does not see, and a capped device can run out. Only in the warm-up phase. Returns
+  // the bytes newly tracked.
+  std::uint64_t track(const std::vector<at::Tensor>& tensors);
   void close();
 
   SessionPhase phase() const { return phase_; }
