@@ -505,7 +505,7 @@ def train(args, workload, mode, device, result, stem):
             for record in result["steps"]:
                 native = natives.get(record["step"], {})
                 record["time_s"] = native.get("time_s")
-                record.update({k: native[k] for k in STEP_FIELDS + OPTIONAL_STEP_FIELDS if k in native})
+                record.update(session_fields(native))
             warmup = 0
         tuned = len(result["steps"])
         for i in range(warmup + args.steps):
@@ -517,8 +517,7 @@ def train(args, workload, mode, device, result, stem):
             record["time_s"] = time.perf_counter() - started
             note_loss(record, loss)
             if session is not None:
-                record.update({k: session.last_step[k] for k in STEP_FIELDS})
-                record.update({k: session.last_step[k] for k in OPTIONAL_STEP_FIELDS if k in session.last_step})
+                record.update(session_fields(session.last_step))
             print_step(args, mode, record, tuned + warmup + args.steps)
         if session is not None:
             result["teraio"] = teraio_summary(session, f"{stem}-{mode}-timeline.json")
@@ -530,6 +529,11 @@ def train(args, workload, mode, device, result, stem):
                 result["close_error"] = f"{type(error).__name__}: {str(error)[:300]}"
                 print(f"[{mode}] session.close() failed after the measured steps: {result['close_error']}",
                       flush=True)
+
+
+def session_fields(native):
+    """What a bench step record keeps of the session's own record of that step."""
+    return {k: native[k] for k in STEP_FIELDS + OPTIONAL_STEP_FIELDS if k in native}
 
 
 def tune_recomputation(args, lm, session, step):

@@ -122,13 +122,13 @@ def _stderr(line: str) -> None:
     print(f"teraio.recompute: {line}", file=sys.stderr, flush=True)
 
 
-def candidate_counts(layers: int, tried: dict, stride: int) -> list:
+def coarse_counts(layers: int, stride: int) -> list:
     """The counts the coarse scan visits: every layer checkpointed first, then `stride` fewer at a
     time down to none."""
     counts = list(range(layers, -1, -stride))
     if counts[-1] != 0:
         counts.append(0)
-    return [c for c in counts if c not in tried]
+    return counts
 
 
 def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[int]] = None,
@@ -148,8 +148,9 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
     the same steps without TeraIO, since checkpointing recomputes the same values). A trial whose
     profiled step cannot be planned (the budget is below what one operator needs) is recorded
     as failed and the search goes on; an error inside a step propagates, since the step may
-    have left the training half updated. Returns the Choice; the chosen count stays applied and the session is planned for
-    it (tune() runs the extra profile steps when the last trial was another count).
+    have left the training half updated. Returns the Choice; the chosen count stays applied and
+    the session is planned for it (tune() runs the extra profile steps when the last trial was
+    another count).
     """
     recomputation = layers if isinstance(layers, Recomputation) else Recomputation(layers)
     n = recomputation.layers
@@ -162,8 +163,7 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
             raise ValueError(f"tune: counts must be a non-empty list of numbers between 0 and {n} (got {counts})")
     say = progress or (lambda line: None)
     state = {"steps": 0}
-    tried: dict = {}
-    order: list = []
+    order: list = []  # the trials run
 
     def run_step():
         """One step; raises _PlanFailed when only the planning at its end failed."""
@@ -176,12 +176,11 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
             # An error inside the step (an operator's fetch, reactive eviction) may have left
             # the training state half updated: it propagates. Planning runs after a complete
             # step, so its failure leaves the model as the step left it.
-            if completed:
-                state["steps"] += 1
-                if session.report()["steps"][-1].get("plan_error"):
-                    raise _PlanFailed(str(error).splitlines()[0][:200]) from error
+            if completed and session.report()["steps"][-1].get("plan_error"):
+                raise _PlanFailed(str(error).splitlines()[0][:200]) from error
             raise
-        state["steps"] += 1
+        finally:
+            state["steps"] += completed
 
     def run_steps_until_planned():
         # A warm-up step (after the passive phase), the profile steps, then the plan.
@@ -209,7 +208,6 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
             best = min(range(len(times)), key=times.__getitem__)
             result = Trial(count, times[best], session.phase, plan.get("predicted_step_s"),
                            True if session.phase == "passive" else plan.get("stall_free"), moved[best])
-        tried[count] = result
         order.append(result)
         say(f"trial {len(order)}: {result.describe()}")
         return result
@@ -224,7 +222,7 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
     else:
         stride = max(1, n // 4)
         previous = None
-        for count in candidate_counts(n, tried, stride):
+        for count in coarse_counts(n, stride):
             if len(order) >= max_trials:
                 break
             result = trial(count)
@@ -240,7 +238,7 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
             # A count no plan reached bounds the counts below it: they need more memory still.
             floor = max((t.count for t in order if t.step_s is None), default=-1)
             for count in (centre - stride, centre + stride):
-                if floor < count <= n and count not in tried and len(order) < max_trials:
+                if floor < count <= n and all(t.count != count for t in order) and len(order) < max_trials:
                     trial(count)
     chosen = best()
     if chosen is None:

@@ -276,10 +276,10 @@ void Session::reprofile() {
     observing_ = true;
     remove_dead();  // storages freed while nothing was observed
     phase_ = SessionPhase::kWarmup;
-    phase_steps_left_ = std::max(1, config_.warmup_steps);
-  } else if (phase_ == SessionPhase::kWarmup) {
-    // Still warming up: storages made before the session must be seen in a warm-up step to
-    // be known as living across steps, so the warm-up runs in full.
+  }
+  if (phase_ == SessionPhase::kWarmup) {
+    // Storages made while nothing observed them (before the session, or while passive) must be
+    // seen in a warm-up step to be known as living across steps: the warm-up runs in full.
     phase_steps_left_ = std::max(1, config_.warmup_steps);
   } else {
     phase_ = SessionPhase::kProfile;

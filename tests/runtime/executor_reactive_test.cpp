@@ -176,18 +176,23 @@ TEST(ExecutorReactive, PassiveModeNeverEvicts) {
 // The device allocator may refuse a block although the tracked tensors are within the budget
 // (untracked memory, fragmentation): the fetch moves as many bytes again out, trims the
 // allocator's cache and retries once.
-TEST(ExecutorReactive, RefusedAllocationMovesMoreOutAndRetries) {
-  Rig rig(3 * kBytes);
+// A reactive step over a budget of `count` tensors of kBytes holding tensors 1..count, whose
+// operator 0 makes one more: tensor 1, the least recently used, goes out to make room.
+void fill_and_push_the_first_out(Rig& rig, TensorId count) {
   Executor& ex = rig.executor();
   ex.set_mode(Mode::kReactive);
   ex.begin_step();
-  rig.add(1, kBytes);
-  rig.add(2, kBytes);
-  rig.add(3, kBytes);
-  ex.before_op(0, std::vector<TensorId>{4});
-  rig.add(4, kBytes);
-  ex.after_op(0, std::vector<TensorId>{4});  // 1 went out to make room
+  for (TensorId id = 1; id <= count; ++id) rig.add(id, kBytes);
+  ex.before_op(0, std::vector<TensorId>{count + 1});
+  rig.add(count + 1, kBytes);
+  ex.after_op(0, std::vector<TensorId>{count + 1});
   ASSERT_EQ(ex.location(1), Location::kHost);
+}
+
+TEST(ExecutorReactive, RefusedAllocationMovesMoreOutAndRetries) {
+  Rig rig(3 * kBytes);
+  Executor& ex = rig.executor();
+  ASSERT_NO_FATAL_FAILURE(fill_and_push_the_first_out(rig, 3));
   rig.memory().refuse_allocations(1);
   const std::vector<TensorId> uses{1};
   ex.before_op(1, uses);
@@ -206,14 +211,7 @@ TEST(ExecutorReactive, RefusedAllocationMovesMoreOutAndRetries) {
 TEST(ExecutorReactive, SecondRefusalIsRaisedAndTheTensorStaysInItsTier) {
   Rig rig(2 * kBytes);
   Executor& ex = rig.executor();
-  ex.set_mode(Mode::kReactive);
-  ex.begin_step();
-  rig.add(1, kBytes);
-  rig.add(2, kBytes);
-  ex.before_op(0, std::vector<TensorId>{3});
-  rig.add(3, kBytes);
-  ex.after_op(0, std::vector<TensorId>{3});
-  ASSERT_EQ(ex.location(1), Location::kHost);
+  ASSERT_NO_FATAL_FAILURE(fill_and_push_the_first_out(rig, 2));
   rig.memory().refuse_allocations(2);
   const std::vector<TensorId> uses{1};
   try {
