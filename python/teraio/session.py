@@ -167,6 +167,7 @@ class Session:
         rank=None,
         _fault_injection=False,
         _enqueue_host_copies=None,
+        record_releases=False,
     ):
         if isinstance(ssd, (str, os.PathLike)):
             ssd = [ssd]
@@ -188,6 +189,7 @@ class Session:
             "rank": int(rank),
             "fault_injection": bool(_fault_injection),
             "enqueue_host_copies": _enqueue_host_copies,
+            "record_releases": bool(record_releases),
         }
         for key, value in (bandwidths or {}).items():
             if key not in ("d2h", "h2d", "ssd_read", "ssd_write"):

@@ -67,6 +67,7 @@ PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOpti
   stats.ssd_used = greedy.ssd_used;
   stats.min_prefetch_slack_s = greedy.accepted.empty() ? 0 : std::numeric_limits<double>::infinity();
   double slack_sum = 0;
+  std::size_t prefetches = 0;
   plan.migrations.reserve(2 * greedy.accepted.size());
   for (const detail::Accepted& a : greedy.accepted) {
     const trace::InactivePeriod& p = prep.periods[a.period];
@@ -85,17 +86,20 @@ PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOpti
                   op(c.prefetch_issue),
                   p.next_use,
                   c.prefetch_issue + 1 == p.idle_ops};
-    stats.urgent += off.urgent + pre.urgent;
     (c.tier == Tier::kSsd ? stats.bytes_to_ssd : stats.bytes_to_host) += t.bytes;
+    plan.migrations.push_back(off);
+    stats.urgent += off.urgent;
+    if (p.released) continue;  // freed while away: nothing comes back
+    stats.urgent += pre.urgent;
+    ++prefetches;
     const double slack = p.idle_s - detail::time_at(prep.start_s, w, c.prefetch_issue) -
                          (static_cast<double>(t.bytes) / prefetch_rate(hw, c.tier) + hw.request_latency_s);
     stats.min_prefetch_slack_s = std::min(stats.min_prefetch_slack_s, slack);
     slack_sum += slack;
-    plan.migrations.push_back(off);
     plan.migrations.push_back(pre);
   }
-  if (!greedy.accepted.empty())
-    stats.mean_prefetch_slack_s = slack_sum / static_cast<double>(greedy.accepted.size());
+  if (prefetches == 0) stats.min_prefetch_slack_s = 0;
+  if (prefetches > 0) stats.mean_prefetch_slack_s = slack_sum / static_cast<double>(prefetches);
   std::sort(plan.migrations.begin(), plan.migrations.end(), [](const Migration& a, const Migration& b) {
     return std::tie(a.issue_before, a.tensor, a.direction) < std::tie(b.issue_before, b.tensor, b.direction);
   });
@@ -160,7 +164,9 @@ std::vector<std::int64_t> memory_floor(const Prepared& prep, const Hardware& hw)
     if (p.idle_ops < detail::kMinIdleOps) continue;
     const auto s = static_cast<std::int64_t>(prep.trace->tensors[p.tensor].bytes);
     const Window w{(static_cast<std::size_t>(p.last_use) + 1) % n, p.idle_ops};
-    for (const detail::Segment& seg : detail::segments(n, w, 1, p.idle_ops - 1)) {
+    // Away from the operator after the offload's to the one before the prefetch's, or to the
+    // window's end when the tensor is freed there.
+    for (const detail::Segment& seg : detail::segments(n, w, 1, p.idle_ops - (p.released ? 0 : 1))) {
       diff[seg.op_begin] += s;
       diff[seg.op_end] -= s;
     }

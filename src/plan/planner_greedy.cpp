@@ -110,7 +110,8 @@ class Greedy {
   }
 
   // The earliest offload and the latest prefetch the free bandwidth allows on `tier`, and
-  // the over-budget memory-time the period then removes, per byte moved.
+  // the over-budget memory-time the period then removes, per byte moved. A period that ends
+  // in the tensor's release has no prefetch: it is away from the offload to the window's end.
   std::optional<Choice> evaluate_tier(const trace::InactivePeriod& p, Tier tier) {
     const Route off = offload_route(tier);
     const Route pre = prefetch_route(tier);
@@ -119,8 +120,9 @@ class Greedy {
     const Window w = window_of(p);
     const auto s = static_cast<double>(bytes_of(p));
     const std::size_t last = ledger_.earliest_finish(off, w, w.length, s + request_bytes(off));
-    if (last == kNotFound || last + 2 >= w.length) return std::nullopt;
-    const std::size_t first = ledger_.latest_start(pre, w, last + 2, s + request_bytes(pre));
+    if (last == kNotFound || last + (p.released ? 1 : 2) >= w.length) return std::nullopt;
+    const std::size_t first =
+        p.released ? w.length : ledger_.latest_start(pre, w, last + 2, s + request_bytes(pre));
     if (first == kNotFound) return std::nullopt;
     const DemandTree::Summary over = demand_over(w, last + 1, first);
     if (over.over_weight <= 0) return std::nullopt;
@@ -151,7 +153,8 @@ class Greedy {
     const Route off = offload_route(c.tier);
     const Route pre = prefetch_route(c.tier);
     ledger_.book_forward(off, w, c.offload_last, static_cast<double>(s) + request_bytes(off));
-    ledger_.book_backward(pre, w, c.prefetch_booked, static_cast<double>(s) + request_bytes(pre));
+    if (!p.released)
+      ledger_.book_backward(pre, w, c.prefetch_booked, static_cast<double>(s) + request_bytes(pre));
     demand_add(w, c.offload_last + 1, c.prefetch_booked, -static_cast<std::int64_t>(s));
     if (c.tier == Tier::kHost) {
       // The host copy exists from the offload's issue to the prefetch's completion.
@@ -216,7 +219,7 @@ class Greedy {
       order[i] = i;
       const trace::InactivePeriod& p = periods_[accepted_[i].period];
       const Choice& c = accepted_[i].choice;
-      slack[i] = p.idle_s - time_at(window_of(p), c.prefetch_issue) - transfer_s(p, c.tier);
+      slack[i] = p.released ? 0 : p.idle_s - time_at(window_of(p), c.prefetch_issue) - transfer_s(p, c.tier);
     }
     // Tightest prefetches first: they get the first pick of the memory headroom.
     std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
@@ -226,6 +229,7 @@ class Greedy {
     for (std::size_t i : order) {
       Choice& c = accepted_[i].choice;
       const trace::InactivePeriod& p = periods_[accepted_[i].period];
+      if (p.released) continue;  // nothing comes back
       const Window w = window_of(p);
       const std::uint64_t s = bytes_of(p);
       const double earliest =

@@ -16,7 +16,8 @@
 namespace teraio::plan::detail {
 
 // Where one inactive period goes and when, as offsets into its idle window (offset 0 is the
-// operator after its last use; the window ends just before its next use).
+// operator after its last use; the window ends just before its next use). A period that ends
+// in the tensor's release has no prefetch: prefetch_booked and prefetch_issue are its length.
 struct Choice {
   Tier tier = Tier::kSsd;
   std::size_t offload_last = 0;     // offload completes during this offset

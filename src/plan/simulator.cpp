@@ -378,8 +378,15 @@ class Engine {
     }
     advance(now_);
     complete_until(now_);
-    for (const std::uint32_t ti : index_.last_use.at(k)) {
-      if (state_[ti] == State::kResident) set_memory(memory_ - trace_.tensors[ti].bytes, now_);
+    for (const std::uint32_t ti : index_.released.at(k)) {
+      const std::uint64_t bytes = trace_.tensors[ti].bytes;
+      // Moved out in the period that ends in its release: its tier copy goes with it. An
+      // offload still running keeps its channel time but no longer affects memory.
+      if (state_[ti] == State::kOffloading) channels_.request(request_of_[ti]).cancelled = true;
+      if (state_[ti] == State::kResident || state_[ti] == State::kOffloading)
+        set_memory(memory_ - bytes, now_);
+      if (state_[ti] == State::kOffloaded || state_[ti] == State::kOffloading)
+        tier_used_[tier_index(tier_of_[ti])] -= bytes;
       state_[ti] = State::kAbsent;
     }
   }

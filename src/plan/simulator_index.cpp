@@ -58,12 +58,12 @@ ReplayIndex index_replay(const trace::Trace& trace, const Plan& plan) {
     for (const trace::OpIndex k : t.uses) used.emplace_back(k, ti);
     if (!t.persistent && !t.uses.empty()) {
       first.emplace_back(t.uses.front(), ti);
-      last.emplace_back(t.uses.back(), ti);
+      last.emplace_back(trace::release_op(t), ti);
     }
   }
   index.used = group(n, used);
   index.first_use = group(n, first);
-  index.last_use = group(n, last);
+  index.released = group(n, last);
   return index;
 }
 

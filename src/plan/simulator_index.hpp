@@ -28,7 +28,7 @@ struct ReplayIndex {
   PerOperator issued;                           // migration indices, in plan order
   PerOperator used;                             // tensor indices
   PerOperator first_use;                        // step-local tensor indices
-  PerOperator last_use;                         // step-local tensor indices
+  PerOperator released;                         // step-local tensor indices, after their release_op
 };
 
 // Throws Error{kInvalidArgument} for a migration naming a tensor the trace does not have or

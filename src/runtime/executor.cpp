@@ -183,6 +183,13 @@ struct Executor::State {
   bool start_offload(TensorId id, Entry& e, io::TierKind preferred, bool planned) {
     std::optional<io::Extent> extent = store.allocate(preferred, e.bytes);
     if (!extent) extent = store.allocate(other_tier(preferred), e.bytes);
+    if (!extent) {
+      // Tensors the program freed while away keep their extents until they are forgotten, which
+      // happens lazily; the plan counted their space free from their release.
+      forget_freed();
+      extent = store.allocate(preferred, e.bytes);
+      if (!extent) extent = store.allocate(other_tier(preferred), e.bytes);
+    }
     if (!extent) return false;
     try {
       memory.before_copy_out(id);
@@ -491,6 +498,8 @@ struct Executor::State {
                                     e.bytes, " bytes)")));
       }
       ++stats.evictions;
+      log::debug("evict tensor ", id, " (", e.bytes, " bytes) at operator ", op, ": ", resident,
+                 " resident + ", incoming, " incoming over ", limit);
       complete(id, e, op);
     }
   }
@@ -522,6 +531,7 @@ struct Executor::State {
   }
 
   void demand_fetch(TensorId id, Entry& e, OpIndex op, std::span<const TensorId> keep) {
+    log::debug("demand fetch of tensor ", id, " (", e.bytes, " bytes) at operator ", op);
     make_room(op, keep, e.bytes);
     start_fetch(id, e, false, keep);
     ++stats.demand_fetches;

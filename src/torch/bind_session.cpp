@@ -131,6 +131,7 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   c.ssd_read_bandwidth = get("ssd_read", 0.0);
   c.ssd_write_bandwidth = get("ssd_write", 0.0);
   c.probe_bytes = get("probe_bytes", c.probe_bytes);
+  c.record_releases = get("record_releases", false);
   if (d.contains("enqueue_host_copies") && !d["enqueue_host_copies"].is_none())
     c.enqueue_host_copies = d["enqueue_host_copies"].cast<bool>();
   if (get("fault_injection", false)) {

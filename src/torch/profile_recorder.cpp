@@ -4,7 +4,8 @@
 
 namespace teraio::torch_binding {
 
-void ProfileRecorder::begin() {
+void ProfileRecorder::begin(bool releases) {
+  releases_ = releases;
   ops_.clear();
   uses_.clear();
   order_.clear();
@@ -22,6 +23,11 @@ void ProfileRecorder::use(trace::TensorId id, trace::OpIndex k, std::uint64_t by
   if (inserted) order_.push_back(id);
   it->second.bytes = std::max(it->second.bytes, bytes);
   if (it->second.ops.empty() || it->second.ops.back() != k) it->second.ops.push_back(k);
+}
+
+void ProfileRecorder::release(trace::TensorId id, trace::OpIndex k) {
+  const auto it = uses_.find(id);
+  if (it != uses_.end()) it->second.released_before = k;
 }
 
 trace::Trace ProfileRecorder::finish(const std::vector<double>& durations,
@@ -44,6 +50,11 @@ trace::Trace ProfileRecorder::finish(const std::vector<double>& durations,
     // operator of a different thread's sequence; sorting keeps the trace valid regardless.
     std::sort(tensor.uses.begin(), tensor.uses.end());
     tensor.uses.erase(std::unique(tensor.uses.begin(), tensor.uses.end()), tensor.uses.end());
+    if (releases_ && !tensor.persistent) {
+      const auto n = static_cast<trace::OpIndex>(out.ops.size());
+      const trace::OpIndex end = std::min(uses.released_before.value_or(n), n);
+      if (end > 0 && end - 1 > tensor.uses.back()) tensor.held_after_use = end - 1 - tensor.uses.back();
+    }
     out.tensors.push_back(std::move(tensor));
   }
   out.source = source;

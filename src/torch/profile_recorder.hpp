@@ -1,9 +1,10 @@
 // torch/profile_recorder: turns what the observer saw during one profiled step into a
 // lifetime trace (trace::Trace): the operator sequence with phases and durations, and for
-// every storage its size and the operators that used it.
+// every storage its size, the operators that used it and when the program freed it.
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -14,12 +15,17 @@ namespace teraio::torch_binding {
 
 class ProfileRecorder {
  public:
-  void begin();
+  // `releases`: whether release() is called for the step's storages; without it every
+  // storage counts as freed at its last use.
+  void begin(bool releases);
   void add_op(std::string name, trace::Phase phase);
   std::size_t ops() const { return ops_.size(); }
   const std::string& op_name(trace::OpIndex k) const { return ops_[k].name; }
   // Tensor `id` of `bytes` was used by operator k (repeats are merged).
   void use(trace::TensorId id, trace::OpIndex k, std::uint64_t bytes);
+  // Tensor `id` was freed before operator k began. A step-local tensor not released by the
+  // step's end is held to its last operator.
+  void release(trace::TensorId id, trace::OpIndex k);
   // The step as a trace. persistent(id) says whether the storage lives across steps.
   trace::Trace finish(const std::vector<double>& durations,
                       const std::function<bool(trace::TensorId)>& persistent,
@@ -29,8 +35,10 @@ class ProfileRecorder {
   struct Uses {
     std::uint64_t bytes = 0;
     std::vector<trace::OpIndex> ops;
+    std::optional<trace::OpIndex> released_before;
   };
   std::vector<trace::Operator> ops_;
+  bool releases_ = true;
   std::unordered_map<trace::TensorId, Uses> uses_;
   std::vector<trace::TensorId> order_;  // first use order, for a deterministic trace
 };

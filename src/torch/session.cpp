@@ -169,7 +169,8 @@ void Session::begin_step() {
   births_ = Births{};
   diverged_ = false;
   if (phase_ == SessionPhase::kProfile) {
-    recorder_.begin();
+    recorder_.begin(config_.record_releases);
+    releases_.clear();
     timer_->reset();
   }
   if (observing_) {
@@ -222,6 +223,8 @@ StepRecord Session::end_step() {
   }
   if (phase_ == SessionPhase::kProfile && !pending_error_) {
     const std::uint64_t step = record.step;
+    releases_.sweep([&](TensorId id) { recorder_.release(id, op_counter_); });
+    releases_.clear();
     const auto durations = timer_->durations(recorder_.ops());
     trace_ = recorder_.finish(
         durations,

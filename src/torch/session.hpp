@@ -53,6 +53,12 @@ struct SessionConfig {
   std::uint64_t probe_bytes = 64ull << 20;
   // io::EngineConfig::enqueue_host_copies (tests force it on the CPU, where it is off).
   std::optional<bool> enqueue_host_copies;
+  // Whether the profile records when each storage is freed (trace::Tensor::held_after_use), so
+  // that the plan counts storages the program holds past their last use and may move them out
+  // for good. Off plans as if every storage were freed at its last use and leaves the rest to
+  // reactive eviction. Measured both ways (bench/RESULTS.md): on is faster where the plan is
+  // far over the budget (W2 at 16 GiB), off where it is close (W2 at 24 GiB); off by default.
+  bool record_releases = false;
   // Called (from the failing operator's thread) when a storage-engine error first hits a step,
   // so that the binding can stop the training code at its next Python statement.
   std::function<void()> on_failure;
@@ -194,6 +200,7 @@ class Session {
   std::unique_ptr<runtime::Executor> executor_;
   std::unique_ptr<OpTimer> timer_;
   ProfileRecorder recorder_;
+  ReleaseWatch releases_;  // of the profiled step's own storages
   plan::Hardware hardware_;
   std::optional<trace::Trace> trace_;
   std::optional<plan::PlanResult> plan_;

@@ -108,6 +108,9 @@ TensorId Session::identify(const c10::Storage& storage, const FirstSight& sight,
     }
   }
   table_.add(storage, id, step_index_);
+  if (phase_ == SessionPhase::kProfile && in_step_ && config_.record_releases) {
+    releases_.watch(id, storage.getWeakStorageImpl());
+  }
   executor_->add_tensor(id, storage.nbytes());
   if (in_step_ && sight.output) {
     if (births_.bytes.size() <= sight.op) births_.bytes.resize(sight.op + 1, 0);
@@ -159,7 +162,10 @@ void Session::count_op(const at::RecordFunction& fn, OpState& op, trace::Phase p
   const char* name = fn.name();
   op.name = name;
   births_.names.emplace_back(name != nullptr ? name : "?");
-  if (phase_ == SessionPhase::kProfile) recorder_.add_op(name != nullptr ? name : "?", phase);
+  if (phase_ == SessionPhase::kProfile) {
+    releases_.sweep([&](TensorId id) { recorder_.release(id, op.k); });
+    recorder_.add_op(name != nullptr ? name : "?", phase);
+  }
   if (phase_ == SessionPhase::kPlanned && !diverged_) {
     if (op.k >= plan_op_names_.size()) {
       diverge(cat("more than the ", plan_op_names_.size(), " profiled operators"));

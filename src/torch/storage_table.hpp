@@ -66,4 +66,32 @@ class StorageTable {
   std::unordered_map<TensorId, c10::StorageImpl*> by_id_;
 };
 
+// Storages born in a profiled step, watched until the program frees them: a storage can stay
+// allocated well after its last use (a Python variable reassigned only in the next loop
+// iteration), and the plan must count those bytes. A weak reference per storage keeps the
+// check per operator to one atomic load each.
+class ReleaseWatch {
+ public:
+  void clear() { watched_.clear(); }
+  void watch(TensorId id, c10::weak_intrusive_ptr<c10::StorageImpl> weak) {
+    watched_.emplace_back(id, std::move(weak));
+  }
+  // Calls freed(id) for every watched storage freed since the last sweep, and stops watching it.
+  template <typename Freed>
+  void sweep(const Freed& freed) {
+    for (std::size_t i = 0; i < watched_.size();) {
+      if (!watched_[i].second.expired()) {
+        ++i;
+        continue;
+      }
+      freed(watched_[i].first);
+      watched_[i] = std::move(watched_.back());
+      watched_.pop_back();
+    }
+  }
+
+ private:
+  std::vector<std::pair<TensorId, c10::weak_intrusive_ptr<c10::StorageImpl>>> watched_;
+};
+
 }  // namespace teraio::torch_binding

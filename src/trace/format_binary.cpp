@@ -40,6 +40,7 @@ constexpr std::uint32_t kMeta = tag("META");
 constexpr std::uint32_t kOps = tag("OPS_");
 constexpr std::uint32_t kTensors = tag("TENS");
 constexpr std::uint32_t kUses = tag("USES");
+constexpr std::uint32_t kHeld = tag("HELD");  // optional (a later addition): held_after_use
 
 // Bounds-checked little-endian reader over one section; errors give the absolute offset.
 class Reader {
@@ -143,6 +144,15 @@ void read_ops(Reader r, Trace& trace) {
       r.fail(cat("operator ", k, " has unknown phase code ", int{phases[k]}));
     trace.ops[k] = {name_table[name_index[k]], durations[k], static_cast<Phase>(phases[k])};
   }
+}
+
+void read_held(Reader r, Trace& trace) {
+  const std::size_t m = r.count("tensor count", 4);
+  if (m != trace.tensors.size())
+    r.fail(cat("holds ", m, " tensors but the TENS section has ", trace.tensors.size()));
+  const auto held = r.column<std::uint32_t>(m, "held_after_use");
+  for (std::size_t i = 0; i < m; ++i) trace.tensors[i].held_after_use = held[i];
+  r.expect_end();
 }
 
 // Returns the use count of each tensor, which the USES section must add up to.
@@ -274,6 +284,7 @@ Trace parse_trace_binary(std::span<const std::byte> data) {
   read_ops(section(kOps, "OPS_"), trace);
   const auto use_counts = read_tensors(section(kTensors, "TENS"), trace);
   read_uses(section(kUses, "USES"), trace, use_counts);
+  if (sections.contains(kHeld)) read_held(section(kHeld, "HELD"), trace);
   try {
     validate(trace);
   } catch (const Error& e) {
@@ -352,6 +363,13 @@ std::vector<std::byte> trace_to_binary(const Trace& trace) {
   w.begin_section(kUses);
   w.scalar(total_uses);
   for (const Tensor& t : trace.tensors) w.column(t.uses);
+  w.end_section();
+
+  std::vector<std::uint32_t> held(m);
+  for (std::size_t i = 0; i < m; ++i) held[i] = trace.tensors[i].held_after_use;
+  w.begin_section(kHeld);
+  w.scalar(std::uint64_t{m});
+  w.column(held);
   w.end_section();
 
   const std::uint64_t checksum = XXH64(w.bytes().data(), w.bytes().size(), 0);

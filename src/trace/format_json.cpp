@@ -138,6 +138,14 @@ Tensor parse_tensor(const json& v, std::size_t i, std::size_t op_count) {
            cat("tensor ", t.id, " uses are not sorted and unique (", op, " after ", t.uses.back(), ")"));
     t.uses.push_back(static_cast<OpIndex>(op));
   }
+  if (const json* held = find(v, "held_after_use")) {
+    const Where where{"tensors", i, "held_after_use"};
+    const std::uint64_t ops = to_u64(*held, where, std::numeric_limits<OpIndex>::max());
+    if (!t.uses.empty() && ops >= op_count - t.uses.back())
+      fail(where, cat("tensor ", t.id, " is held ", ops, " operators after its last use ", t.uses.back(),
+                      ", past the last operator ", op_count - 1));
+    t.held_after_use = static_cast<std::uint32_t>(ops);
+  }
   return t;
 }
 
@@ -246,7 +254,12 @@ std::string trace_to_json(const Trace& trace) {
       if (u) out += ',';
       out += std::to_string(t.uses[u]);
     }
-    out += "]}";
+    out += ']';
+    if (t.held_after_use != 0) {
+      out += ", \"held_after_use\": ";
+      out += std::to_string(t.held_after_use);
+    }
+    out += '}';
   }
   out += "]}\n";
   return out;

@@ -33,7 +33,14 @@ std::vector<InactivePeriod> inactive_periods(const Trace& trace, const std::vect
       const OpIndex last = t.uses[u - 1];
       const OpIndex next = t.uses[u];
       if (next - last < 2) continue;
-      periods.push_back({index, last, next, false, next - last - 1, start_s[next] - start_s[last + 1]});
+      periods.push_back(
+          {index, last, next, false, false, next - last - 1, start_s[next] - start_s[last + 1]});
+    }
+    if (!t.persistent && t.held_after_use > 0) {
+      const OpIndex last = t.uses.back();
+      const OpIndex after = release_op(t) + 1;
+      periods.push_back(
+          {index, last, after, false, true, t.held_after_use, start_s[after] - start_s[last + 1]});
     }
     if (t.persistent && !t.uses.empty()) {
       // The step repeats: after its last use the tensor idles to the end of the step and on
@@ -43,7 +50,7 @@ std::vector<InactivePeriod> inactive_periods(const Trace& trace, const std::vect
       const std::uint32_t idle_ops = (n - 1 - last) + first;
       if (idle_ops == 0) continue;
       const double idle_s = (start_s[n] - start_s[last + 1]) + start_s[first];
-      periods.push_back({index, last, first, true, idle_ops, idle_s});
+      periods.push_back({index, last, first, true, false, idle_ops, idle_s});
     }
   }
   return periods;
@@ -52,8 +59,8 @@ std::vector<InactivePeriod> inactive_periods(const Trace& trace, const std::vect
 std::vector<std::uint64_t> memory_demand(const Trace& trace) {
   const std::size_t n = trace.ops.size();
   // Difference array: a step-local tensor adds its bytes at its first use and removes them
-  // after its last one, so the whole curve costs O(ops + tensors). Unsigned wrap-around in
-  // the intermediate entries cancels out in the prefix sums.
+  // once it is released (its last use, or later where the program held it), so the whole curve costs O(ops +
+  // tensors). Unsigned wrap-around in the intermediate entries cancels out in the prefix sums.
   std::vector<std::uint64_t> diff(n + 1, 0);
   std::uint64_t always = trace.untracked_bytes;
   for (const Tensor& t : trace.tensors) {
@@ -62,7 +69,7 @@ std::vector<std::uint64_t> memory_demand(const Trace& trace) {
       always += t.bytes;
     } else {
       diff[t.uses.front()] += t.bytes;
-      diff[t.uses.back() + 1] -= t.bytes;
+      diff[release_op(t) + 1] -= t.bytes;
     }
   }
   std::vector<std::uint64_t> demand(n);
@@ -105,6 +112,8 @@ Trace extract_step(const Trace& trace, std::size_t step) {
     copy.name = t.name;
     copy.uses.reserve(static_cast<std::size_t>(last - first));
     for (auto it = first; it != last; ++it) copy.uses.push_back(*it - begin);
+    // Held past its last use: only where that use is in this step, and not past its end.
+    if (last == t.uses.end()) copy.held_after_use = std::min(release_op(t), end - 1) - t.uses.back();
   }
   return out;
 }

@@ -75,6 +75,10 @@ void validate(const Trace& trace) {
         throw Error(ErrorKind::kFormat,
                     cat("tensor ", t.id, " uses are not sorted and unique at position ", u));
     }
+    if (t.held_after_use >= n - t.uses.back())
+      throw Error(ErrorKind::kFormat,
+                  cat("tensor ", t.id, " is held ", t.held_after_use, " operators after its last use ",
+                      t.uses.back(), ", past the last operator ", n - 1));
   }
 }
 

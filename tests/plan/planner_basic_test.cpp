@@ -3,6 +3,7 @@
 
 #include "planner_test_util.hpp"
 #include "teraio/core/error.hpp"
+#include "teraio/plan/plan_io.hpp"
 #include "teraio/plan/planner.hpp"
 #include "teraio/plan/simulator.hpp"
 
@@ -41,6 +42,32 @@ TEST(Planner, OffloadsTheIdleTensorAsEarlyAndPrefetchesAsLateAsBandwidthAllows) 
   EXPECT_EQ(pre.issue_before, 8u);  // the latest start that finishes before op 9
   EXPECT_EQ(pre.deadline, 9u);
   EXPECT_TRUE(check_plan(t, r.plan).violations.empty());
+}
+
+// T is last used at op 0 but the program holds it until after op 7 (a variable not yet
+// reassigned); U needs the room at ops 4-5. T can leave and need not come back: one offload.
+TEST(Planner, ATensorHeldPastItsLastUseLeavesWithoutComingBack) {
+  trace::Trace t = ops_trace(10);
+  add_tensor(t, 100, {0}).held_after_use = 7;
+  add_tensor(t, 60, {4, 5});
+  const PlanResult r = make_plan(t, uniform_hardware(100, 100));
+  ASSERT_TRUE(r.plan.feasible) << r.diagnosis.message;
+  EXPECT_EQ(r.plan.peak_before, 160u);
+  ASSERT_EQ(r.plan.migrations.size(), 1u);
+  const Migration off = r.plan.migrations[0];
+  EXPECT_EQ(off.direction, Direction::kOffload);
+  EXPECT_EQ(off.tensor, t.tensors[0].id);
+  EXPECT_EQ(off.issue_before, 1u);
+  EXPECT_NO_THROW(validate(r.plan, t));
+  const SimulationResult sim = simulate(t, r.plan, uniform_hardware(100, 100));
+  EXPECT_TRUE(sim.ok()) << sim.describe(t);
+  EXPECT_LE(sim.peak_memory, 100u);
+  EXPECT_EQ(sim.memory_at_op[8], 0u);  // released after op 7 while away
+  // The same offload alone is a plan error for a tensor that is used again.
+  trace::Trace used_again = t;
+  used_again.tensors[0].uses = {0, 9};
+  used_again.tensors[0].held_after_use = 0;
+  EXPECT_THROW(validate(r.plan, used_again), Error);
 }
 
 TEST(Planner, EarlyPrefetchMovesThePrefetchEarlierWithinBudget) {

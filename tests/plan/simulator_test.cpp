@@ -36,6 +36,16 @@ TEST(Simulator, WithoutMigrationsTheStepIsIdeal) {
   EXPECT_TRUE(r.ok());
 }
 
+// A step-local tensor the program holds past its last use keeps its memory until released.
+TEST(Simulator, HeldTensorsKeepTheirMemoryUntilReleased) {
+  trace::Trace t = unit_trace(4);
+  add(t, kGB, {0});
+  t.tensors[0].held_after_use = 2;
+  const auto r = simulate(t, Plan{}, unit_hardware());
+  EXPECT_EQ(r.memory_at_op, (std::vector<std::uint64_t>{kGB, kGB, kGB, 0}));
+  EXPECT_TRUE(r.ok());
+}
+
 TEST(Simulator, PrefetchThatCannotFinishStallsByTheMissingTime) {
   trace::Trace t = unit_trace(4);
   const auto a = add(t, kGB, {0, 3}, true);

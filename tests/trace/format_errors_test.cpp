@@ -74,6 +74,11 @@ TEST(TraceJsonErrors, EachMalformationIsNamed) {
       {"\"uses\": [0, 1]", "\"uses\": [1, 1]", "tensors[0].uses[1]: tensor 1 uses are not sorted and unique"},
       {"\"uses\": [1]", "\"uses\": [4294967296]", "tensors[1].uses[0]: value 4294967296 exceeds the limit"},
       {"\"uses\": [1]", "\"uses\": []", "tensor 2 has no use"},
+      {"\"uses\": [1]", "\"uses\": [0], \"held_after_use\": 2",
+       "tensors[1].held_after_use: tensor 2 is held 2 operators after its last use 0, past the last operator "
+       "1"},
+      {"\"uses\": [1]", "\"uses\": [0], \"held_after_use\": -1",
+       "tensors[1].held_after_use: value -1 is negative"},
       {"\"id\": 2", "\"id\": 1", "tensor 1 appears twice"},
       {"\"step_begins\": [0]", "\"step_begins\": [0, 7]", "step_begins[1] = 7 is not increasing"},
       {"\"step_begins\": [0]", "\"step_begins\": [1]", "step_begins must start with operator 0"},
@@ -179,6 +184,14 @@ TEST(TraceBinaryErrors, InconsistentContentIsNamed) {
   auto count = base;
   put<std::uint64_t>(count, uses, 2);
   EXPECT_NE(binary_error(count).find("holds 2 uses but the tensors' use counts add up to 3"),
+            std::string::npos);
+  const std::size_t held = find_section(base, "HELD") + 12;
+  auto held_count = base;
+  put<std::uint64_t>(held_count, held, 1);
+  EXPECT_NE(binary_error(held_count).find("holds 1 tensors but the TENS section has 2"), std::string::npos);
+  auto held_past_end = base;
+  put<std::uint32_t>(held_past_end, held + 8 + 4, 2);  // the second tensor, last used by operator 1 of 3
+  EXPECT_NE(binary_error(held_past_end).find("tensor 102 is held 2 operators after its last use 1"),
             std::string::npos);
   auto phase = base;
   const std::size_t ops = find_section(base, "OPS_") + 12;

@@ -42,6 +42,8 @@ Trace random_trace(std::mt19937_64& rng) {
     Tensor& x = add_tensor(t, rng() >> (rng() % 64), uses, rng() % 2, static_cast<TensorKind>(rng() % 6));
     x.id = rng();
     if (rng() % 3 == 0) x.name = "";
+    if (!x.persistent && rng() % 3 == 0)
+      x.held_after_use = static_cast<std::uint32_t>(rng() % (static_cast<OpIndex>(n) - x.uses.back()));
   }
   return t;
 }
@@ -53,6 +55,29 @@ TEST(TraceFormat, JsonAndBinaryRoundTripExactly) {
     ASSERT_EQ(parse_trace_json(trace_to_json(t)), t) << "round " << round;
     ASSERT_EQ(parse_trace_binary(trace_to_binary(t)), t) << "round " << round;
   }
+}
+
+// HELD is a later section: a file written before it reads as holding nothing past last uses.
+TEST(TraceFormat, BinaryWithoutTheHeldSectionHoldsNothing) {
+  Trace t = make_trace({1, 1, 1});
+  add_tensor(t, 10, {0}).held_after_use = 2;
+  std::vector<std::byte> data = trace_to_binary(t);
+  data.resize(data.size() - 8);  // drop the checksum and its flag: the last section goes too
+  data[12] = std::byte{0};
+  const auto held_section = [&] {
+    for (std::size_t at = 16; at + 12 <= data.size();) {
+      std::uint64_t length;
+      std::memcpy(&length, data.data() + at + 4, 8);
+      if (std::memcmp(data.data() + at, "HELD", 4) == 0) return std::pair{at, 12 + length};
+      at += 12 + length;
+    }
+    return std::pair<std::size_t, std::size_t>{0, 0};
+  }();
+  ASSERT_GT(held_section.second, 0u);
+  EXPECT_EQ(parse_trace_binary(data).tensors[0].held_after_use, 2u);
+  data.erase(data.begin() + static_cast<std::ptrdiff_t>(held_section.first),
+             data.begin() + static_cast<std::ptrdiff_t>(held_section.first + held_section.second));
+  EXPECT_EQ(parse_trace_binary(data).tensors[0].held_after_use, 0u);
 }
 
 TEST(TraceFormat, EmptyTraceRoundTrips) {

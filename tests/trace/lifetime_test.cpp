@@ -99,6 +99,27 @@ TEST(MemoryDemand, UntrackedPersistentAndLiveStepLocalTensors) {
   EXPECT_EQ(active_bytes(t), (std::vector<std::uint64_t>{0, 10, 100, 10, 1}));
 }
 
+// A tensor the program holds past its last use occupies memory until it is released, but is
+// not active there: those operators are an inactive period that ends in its release.
+TEST(MemoryDemand, HeldTensorsCountUntilReleased) {
+  Trace t = make_trace({1, 1, 1, 1, 1});
+  add_tensor(t, 10, {0, 1}).held_after_use = 2;  // released after op 3
+  validate(t);
+  EXPECT_EQ(release_op(t.tensors[0]), 3u);
+  EXPECT_EQ(memory_demand(t), (std::vector<std::uint64_t>{10, 10, 10, 10, 0}));
+  EXPECT_EQ(active_bytes(t), (std::vector<std::uint64_t>{10, 10, 0, 0, 0}));
+  const auto periods = inactive_periods(t);
+  ASSERT_EQ(periods.size(), 1u);
+  EXPECT_TRUE(periods[0].released);
+  EXPECT_FALSE(periods[0].wraps);
+  EXPECT_EQ(periods[0].last_use, 1u);
+  EXPECT_EQ(periods[0].next_use, 4u);  // the operator after its release
+  EXPECT_EQ(periods[0].idle_ops, 2u);
+  EXPECT_DOUBLE_EQ(periods[0].idle_s, 2.0);
+  t.tensors[0].held_after_use = 4;
+  EXPECT_THROW(validate(t), Error);
+}
+
 // The difference-array computations against a direct per-operator scan on random traces.
 TEST(MemoryDemand, MatchesBruteForceOnRandomTraces) {
   std::mt19937_64 rng(7);
@@ -114,7 +135,9 @@ TEST(MemoryDemand, MatchesBruteForceOnRandomTraces) {
       for (int k = 0; k < n; ++k)
         if (rng() % 4 == 0) uses.push_back(static_cast<OpIndex>(k));
       if (uses.empty()) uses.push_back(static_cast<OpIndex>(rng() % static_cast<unsigned>(n)));
-      add_tensor(t, 1 + rng() % (1ull << 40), uses, rng() % 2 == 0);
+      Tensor& x = add_tensor(t, 1 + rng() % (1ull << 40), uses, rng() % 2 == 0);
+      if (!x.persistent && rng() % 2 == 0)
+        x.held_after_use = static_cast<std::uint32_t>(rng() % (static_cast<OpIndex>(n) - x.uses.back()));
     }
     validate(t);
     const auto demand = memory_demand(t);
@@ -124,14 +147,14 @@ TEST(MemoryDemand, MatchesBruteForceOnRandomTraces) {
       std::uint64_t want = t.untracked_bytes, want_active = 0;
       for (const Tensor& x : t.tensors) {
         const auto op = static_cast<OpIndex>(k);
-        if (x.persistent || (x.uses.front() <= op && op <= x.uses.back())) want += x.bytes;
+        if (x.persistent || (x.uses.front() <= op && op <= x.uses.back() + x.held_after_use)) want += x.bytes;
         if (std::find(x.uses.begin(), x.uses.end(), op) != x.uses.end()) want_active += x.bytes;
       }
       ASSERT_EQ(demand[static_cast<std::size_t>(k)], want);
       ASSERT_EQ(active[static_cast<std::size_t>(k)], want_active);
     }
     // Every operator a tensor is idle on lies in exactly one of its periods (persistent
-    // tensors: all non-use ops; step-local: non-use ops between first and last use).
+    // tensors: all non-use ops; step-local: non-use ops from its first use to its release).
     std::vector<std::uint32_t> idle_count(t.tensors.size(), 0);
     for (const auto& p : inactive_periods(t)) {
       idle_count[p.tensor] += p.idle_ops;
@@ -141,7 +164,7 @@ TEST(MemoryDemand, MatchesBruteForceOnRandomTraces) {
     for (std::size_t i = 0; i < t.tensors.size(); ++i) {
       const Tensor& x = t.tensors[i];
       const std::uint32_t span =
-          x.persistent ? static_cast<std::uint32_t>(n) : x.uses.back() - x.uses.front() + 1;
+          x.persistent ? static_cast<std::uint32_t>(n) : release_op(x) - x.uses.front() + 1;
       ASSERT_EQ(idle_count[i], span - x.uses.size()) << "tensor " << i;
     }
   }
@@ -166,6 +189,22 @@ TEST(ExtractStep, ReindexesOpsAndDropsUnusedTensors) {
   EXPECT_EQ(s.tensors[1].uses, (std::vector<OpIndex>{0, 2}));
   EXPECT_EQ(s.tensors[1].bytes, 30u);
   validate(s);
+  // Held past its last use: kept within the step of that use, cut at the step's end, and not
+  // carried to a step that uses it again.
+  t.tensors[1].held_after_use = 3;  // last use 1, released after op 4, in the next step
+  EXPECT_EQ(extract_step(t, 0).tensors[1].held_after_use, 0u);
+  t.tensors[1].uses = {0};
+  t.tensors[1].held_after_use = 1;
+  EXPECT_EQ(extract_step(t, 0).tensors[1].held_after_use, 1u);
+  t.tensors[2].uses = {1, 2};
+  t.tensors[2].held_after_use = 1;  // released after op 3
+  validate(t);
+  EXPECT_EQ(extract_step(t, 0).tensors[2].held_after_use, 0u);
+  EXPECT_EQ(extract_step(t, 1).tensors[1].held_after_use, 1u);  // step 1 holds only tensors 0 and 2
+  t.tensors[1].uses = {1};
+  t.tensors[1].held_after_use = 0;
+  t.tensors[2].uses = {2, 4};
+  t.tensors[2].held_after_use = 0;
   const Trace s0 = extract_step(t, 0);
   EXPECT_EQ(s0.ops.size(), 2u);
   EXPECT_EQ(s0.tensors.size(), 2u);

@@ -1,6 +1,7 @@
 // trace/lifetime: when each tensor is active and when it is idle. An inactive period is the
 // gap between two consecutive uses of a tensor; for persistent tensors the gap between the
-// last use in a step and the first use of the next step wraps around the step boundary.
+// last use in a step and the first use of the next step wraps around the step boundary; for a
+// step-local tensor the program holds past its last use, the operators until it is freed.
 // These periods are what the planner can move tensors out of device memory in.
 // Every function here expects a trace that passed validate(); each costs O(ops + uses).
 #pragma once
@@ -18,6 +19,9 @@ struct InactivePeriod {
   OpIndex next_use = 0;      // ... until this operator uses it again
   // True when next_use belongs to the next step (next_use <= last_use in op indices).
   bool wraps = false;
+  // True when the period ends with the tensor freed (held_after_use), not used: a tensor
+  // moved out in it never has to come back. next_use is then the operator after its release.
+  bool released = false;
   // Number of operators strictly between the two uses, and their total duration.
   std::uint32_t idle_ops = 0;
   double idle_s = 0;
@@ -37,7 +41,7 @@ std::vector<InactivePeriod> inactive_periods(const Trace& trace);
 std::vector<InactivePeriod> inactive_periods(const Trace& trace, const std::vector<double>& start_s);
 
 // Device memory demand while each operator runs without any migration: untracked bytes plus
-// every persistent tensor plus every step-local tensor between its first and last use
+// every persistent tensor plus every step-local tensor from its first use to its release_op
 // (inclusive). Size ops.size().
 std::vector<std::uint64_t> memory_demand(const Trace& trace);
 

@@ -53,9 +53,18 @@ struct Tensor {
   bool persistent = false;
   std::string name;           // optional, for humans ("layers.3.mlp.up_proj.weight")
   std::vector<OpIndex> uses;  // operators that read or write it: sorted, unique
+  // Step-local tensors: how many operators after its last use the program still holds its
+  // memory (a Python variable not yet reassigned, a list not yet cleared). Planning as if it
+  // were freed at its last use would leave the step over its budget by those bytes.
+  std::uint32_t held_after_use = 0;
 
   bool operator==(const Tensor&) const = default;
 };
+
+// The last operator during which tensor t holds device memory (step-local tensors).
+inline OpIndex release_op(const Tensor& t) {
+  return t.uses.back() + t.held_after_use;
+}
 
 struct Trace {
   std::vector<Operator> ops;
