@@ -144,6 +144,9 @@ def parse_args(argv):
     p.add_argument("--profile-steps", type=int, default=1, help="TeraIO profile steps (default 1)")
     p.add_argument("--recompute-counts", metavar="N,N,...",
                    help="teraio-recompute: the counts of recomputed layers to try (default: tune's search)")
+    p.add_argument("--release-tracking", choices=("on", "off"), default="off",
+                   help="TeraIO modes: Session(record_releases=...): whether the profile records when each storage "
+                        "is freed (default off: planned as freed at its last use)")
     p.add_argument("--recompute-tier", choices=("host", "ssd", "mixed"), default="host",
                    help="teraio-recompute: the tiers, as in teraio-host, teraio-ssd or teraio-mixed (default host)")
     p.add_argument("--recompute-trials", type=int, default=9,
@@ -417,7 +420,7 @@ def open_session(args, mode, device):
         os.makedirs(path, exist_ok=True)
     return teraio.Session(gpu_budget=teraio_gpu_budget(args), host_budget=host, ssd=ssd,
                           ssd_capacity=args.ssd_capacity, warmup_steps=1, profile_steps=args.profile_steps,
-                          device=device)
+                          device=device, record_releases=args.release_tracking == "on")
 
 
 def configure_numerics(args, workload):
@@ -863,7 +866,8 @@ def table_heading(table):
         f"{fmt_size(table['model_states_bytes'])}",
         f"- step: {w['micro_batches']} x micro-batch {w['batch']} x {w['seq']}, {w['precision']}, AdamW "
         f"(one group per parameter), {table['args']['steps']} measured steps (median)",
-        f"- cap: {table['cap']}; TeraIO gpu_budget {fmt_size(table['teraio_gpu_budget'])}",
+        f"- cap: {table['cap']}; TeraIO gpu_budget {fmt_size(table['teraio_gpu_budget'])}, profile "
+        f"{'records when each storage is freed (--release-tracking on)' if table['args'].get('release_tracking') == 'on' else 'counts every storage freed at its last use'}",
         f"- torch {table['torch']}, transformers {table['transformers']}, {table['date']}",
         f"- command: `{table['command']}`",
     ]
