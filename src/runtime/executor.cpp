@@ -186,7 +186,7 @@ struct Executor::State {
     if (!extent) {
       // Tensors the program freed while away keep their extents until they are forgotten, which
       // happens lazily; the plan counted their space free from their release.
-      forget_freed();
+      forget_freed(id);
       extent = store.allocate(preferred, e.bytes);
       if (!extent) extent = store.allocate(other_tier(preferred), e.bytes);
     }
@@ -450,11 +450,12 @@ struct Executor::State {
   }
 
   // Forgets every tensor the program has freed; only needed when memory is short, so the
-  // owner does not have to report frees operator by operator.
-  void forget_freed() {
+  // owner does not have to report frees operator by operator. `keep` stays even if freed: the
+  // caller holds a reference to its entry (the program may free it from another thread).
+  void forget_freed(std::optional<TensorId> keep = std::nullopt) {
     std::vector<TensorId> freed;
     for (const auto& [id, e] : entries) {
-      if (!memory.alive(id)) freed.push_back(id);
+      if (id != keep && !memory.alive(id)) freed.push_back(id);
     }
     for (const TensorId id : freed) forget(entries.find(id));
   }

@@ -288,5 +288,38 @@ TEST(ExecutorPlan, DestructionWaitsForTransfersAndReleasesExtents) {
   EXPECT_EQ(store.report().paths.at(0).used, 0u);
 }
 
+// A tensor the plan moves out for good (the program frees it while away) keeps its extent
+// until it is forgotten, which is lazy; an offload that finds the tiers full forgets the
+// freed tensors first instead of being skipped.
+TEST(ExecutorPlan, AnOffloadFindingTheTiersFullForgetsFreedTensorsFirst) {
+  constexpr std::uint64_t kUnit = 64 * kKiB;
+  RigOptions options;
+  options.host_capacity = kUnit;
+  options.ssd_capacity = kUnit;
+  Rig rig(0, options);
+  Executor& ex = rig.executor();
+  for (TensorId id : {1, 2, 3}) rig.add(id, kUnit);
+  ex.set_plan(plan_of({offload(1, kUnit, plan::Tier::kHost, 1), offload(2, kUnit, plan::Tier::kHost, 2),
+                       offload(3, kUnit, plan::Tier::kHost, 3)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  const TensorId all[] = {1, 2, 3};
+  ex.before_op(0, all);
+  ex.after_op(0, all);
+  for (OpIndex k = 1; k <= 3; ++k) {
+    ex.before_op(k, {});
+    ex.drain();
+    if (k == 2) rig.memory().free_silently(1);  // on the host tier: both tiers are now full
+    ex.after_op(k, {});
+  }
+  EXPECT_FALSE(ex.contains(1));
+  EXPECT_EQ(ex.location(2), Location::kSsd);  // the host tier was taken by tensor 1
+  EXPECT_EQ(ex.location(3), Location::kHost);
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.planned_offloads, 3u);
+  EXPECT_EQ(stats.skipped, 0u);
+  EXPECT_EQ(ex.resident_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace teraio::runtime
