@@ -242,18 +242,18 @@ Hardware hardware_from_json(std::string_view text, std::string_view source) {
 
 void validate(const Plan& plan, const trace::Trace& trace) {
   const Reader r("(against its trace)");
-  std::unordered_map<trace::TensorId, std::uint64_t> bytes;
   std::unordered_map<trace::TensorId, const trace::Tensor*> by_id;
-  bytes.reserve(trace.tensors.size());
-  for (const trace::Tensor& t : trace.tensors) bytes.emplace(t.id, t.bytes), by_id.emplace(t.id, &t);
+  by_id.reserve(trace.tensors.size());
+  for (const trace::Tensor& t : trace.tensors) by_id.emplace(t.id, &t);
   // Offloads waiting for their prefetch, by tensor; std::map keeps the error order stable.
   std::map<trace::TensorId, int> pending;
   for (std::size_t i = 0; i < plan.migrations.size(); ++i) {
     const Migration& m = plan.migrations[i];
     const std::string where = cat("migrations[", i, "] (tensor ", m.tensor, ")");
-    const auto it = bytes.find(m.tensor);
-    if (it == bytes.end()) r.fail(where, "no tensor with this id in the trace");
-    if (it->second != m.bytes) r.fail(where, cat(m.bytes, " bytes, but the trace says ", it->second));
+    const auto it = by_id.find(m.tensor);
+    if (it == by_id.end()) r.fail(where, "no tensor with this id in the trace");
+    if (it->second->bytes != m.bytes)
+      r.fail(where, cat(m.bytes, " bytes, but the trace says ", it->second->bytes));
     if (m.issue_before >= trace.ops.size() || m.deadline >= trace.ops.size())
       r.fail(where, cat("operator ", std::max(m.issue_before, m.deadline), " is past the trace's ",
                         trace.ops.size(), " operators"));

@@ -65,7 +65,7 @@ PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOpti
   stats.offloads = greedy.accepted.size();
   stats.host_peak = greedy.host_peak;
   stats.ssd_used = greedy.ssd_used;
-  stats.min_prefetch_slack_s = greedy.accepted.empty() ? 0 : std::numeric_limits<double>::infinity();
+  stats.min_prefetch_slack_s = std::numeric_limits<double>::infinity();
   double slack_sum = 0;
   std::size_t prefetches = 0;
   plan.migrations.reserve(2 * greedy.accepted.size());
@@ -77,29 +77,31 @@ PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOpti
     const auto op = [&](std::size_t offset) {
       return static_cast<trace::OpIndex>(detail::op_at(n, w, offset));
     };
-    Migration off{
+    const Migration off{
         t.id, t.bytes, Direction::kOffload, c.tier, op(0), op(c.offload_last + 1), c.offload_last == 0};
-    Migration pre{t.id,
-                  t.bytes,
-                  Direction::kPrefetch,
-                  c.tier,
-                  op(c.prefetch_issue),
-                  p.next_use,
-                  c.prefetch_issue + 1 == p.idle_ops};
-    (c.tier == Tier::kSsd ? stats.bytes_to_ssd : stats.bytes_to_host) += t.bytes;
     plan.migrations.push_back(off);
     stats.urgent += off.urgent;
+    (c.tier == Tier::kSsd ? stats.bytes_to_ssd : stats.bytes_to_host) += t.bytes;
     if (p.released) continue;  // freed while away: nothing comes back
+    const Migration pre{t.id,
+                        t.bytes,
+                        Direction::kPrefetch,
+                        c.tier,
+                        op(c.prefetch_issue),
+                        p.next_use,
+                        c.prefetch_issue + 1 == p.idle_ops};
+    plan.migrations.push_back(pre);
     stats.urgent += pre.urgent;
     ++prefetches;
     const double slack = p.idle_s - detail::time_at(prep.start_s, w, c.prefetch_issue) -
                          (static_cast<double>(t.bytes) / prefetch_rate(hw, c.tier) + hw.request_latency_s);
     stats.min_prefetch_slack_s = std::min(stats.min_prefetch_slack_s, slack);
     slack_sum += slack;
-    plan.migrations.push_back(pre);
   }
-  if (prefetches == 0) stats.min_prefetch_slack_s = 0;
-  if (prefetches > 0) stats.mean_prefetch_slack_s = slack_sum / static_cast<double>(prefetches);
+  if (prefetches == 0)
+    stats.min_prefetch_slack_s = 0;
+  else
+    stats.mean_prefetch_slack_s = slack_sum / static_cast<double>(prefetches);
   std::sort(plan.migrations.begin(), plan.migrations.end(), [](const Migration& a, const Migration& b) {
     return std::tie(a.issue_before, a.tensor, a.direction) < std::tie(b.issue_before, b.tensor, b.direction);
   });

@@ -181,14 +181,16 @@ struct Executor::State {
   // Copies a kDevice tensor out to `preferred` (or the other tier when it is full); false when
   // neither tier has room.
   bool start_offload(TensorId id, Entry& e, io::TierKind preferred, bool planned) {
-    std::optional<io::Extent> extent = store.allocate(preferred, e.bytes);
-    if (!extent) extent = store.allocate(other_tier(preferred), e.bytes);
+    const auto allocate_extent = [&] {
+      std::optional<io::Extent> extent = store.allocate(preferred, e.bytes);
+      return extent ? extent : store.allocate(other_tier(preferred), e.bytes);
+    };
+    std::optional<io::Extent> extent = allocate_extent();
     if (!extent) {
       // Tensors the program freed while away keep their extents until they are forgotten, which
       // happens lazily; the plan counted their space free from their release.
       forget_freed(id);
-      extent = store.allocate(preferred, e.bytes);
-      if (!extent) extent = store.allocate(other_tier(preferred), e.bytes);
+      extent = allocate_extent();
     }
     if (!extent) return false;
     try {

@@ -4,8 +4,7 @@
 
 namespace teraio::torch_binding {
 
-void ProfileRecorder::begin(bool releases) {
-  releases_ = releases;
+void ProfileRecorder::begin() {
   ops_.clear();
   uses_.clear();
   order_.clear();
@@ -50,9 +49,8 @@ trace::Trace ProfileRecorder::finish(const std::vector<double>& durations,
     // operator of a different thread's sequence; sorting keeps the trace valid regardless.
     std::sort(tensor.uses.begin(), tensor.uses.end());
     tensor.uses.erase(std::unique(tensor.uses.begin(), tensor.uses.end()), tensor.uses.end());
-    if (releases_ && !tensor.persistent) {
-      const auto n = static_cast<trace::OpIndex>(out.ops.size());
-      const trace::OpIndex end = std::min(uses.released_before.value_or(n), n);
+    if (uses.released_before && !tensor.persistent) {
+      const trace::OpIndex end = std::min(*uses.released_before, static_cast<trace::OpIndex>(out.ops.size()));
       if (end > 0 && end - 1 > tensor.uses.back()) tensor.held_after_use = end - 1 - tensor.uses.back();
     }
     out.tensors.push_back(std::move(tensor));

@@ -15,16 +15,14 @@ namespace teraio::torch_binding {
 
 class ProfileRecorder {
  public:
-  // `releases`: whether release() is called for the step's storages; without it every
-  // storage counts as freed at its last use.
-  void begin(bool releases);
+  void begin();
   void add_op(std::string name, trace::Phase phase);
   std::size_t ops() const { return ops_.size(); }
   const std::string& op_name(trace::OpIndex k) const { return ops_[k].name; }
   // Tensor `id` of `bytes` was used by operator k (repeats are merged).
   void use(trace::TensorId id, trace::OpIndex k, std::uint64_t bytes);
-  // Tensor `id` was freed before operator k began. A step-local tensor not released by the
-  // step's end is held to its last operator.
+  // Tensor `id` was freed before operator k began (k = the step's operator count: at or after
+  // its end). A tensor never released counts as freed at its last use.
   void release(trace::TensorId id, trace::OpIndex k);
   // The step as a trace. persistent(id) says whether the storage lives across steps.
   trace::Trace finish(const std::vector<double>& durations,
@@ -38,7 +36,6 @@ class ProfileRecorder {
     std::optional<trace::OpIndex> released_before;
   };
   std::vector<trace::Operator> ops_;
-  bool releases_ = true;
   std::unordered_map<trace::TensorId, Uses> uses_;
   std::vector<trace::TensorId> order_;  // first use order, for a deterministic trace
 };

@@ -169,7 +169,7 @@ void Session::begin_step() {
   births_ = Births{};
   diverged_ = false;
   if (phase_ == SessionPhase::kProfile) {
-    recorder_.begin(config_.record_releases);
+    recorder_.begin();
     releases_.clear();
     timer_->reset();
   }
@@ -223,8 +223,8 @@ StepRecord Session::end_step() {
   }
   if (phase_ == SessionPhase::kProfile && !pending_error_) {
     const std::uint64_t step = record.step;
-    releases_.sweep([&](TensorId id) { recorder_.release(id, op_counter_); });
-    releases_.clear();
+    // Freed by now or still held (a tensor kept across steps, freed in the next): to the end.
+    releases_.drain([&](TensorId id) { recorder_.release(id, op_counter_); });
     const auto durations = timer_->durations(recorder_.ops());
     trace_ = recorder_.finish(
         durations,

@@ -76,6 +76,12 @@ class ReleaseWatch {
   void watch(TensorId id, c10::weak_intrusive_ptr<c10::StorageImpl> weak) {
     watched_.emplace_back(id, std::move(weak));
   }
+  // Calls each(id) for every watched storage, freed or not, and stops watching them all.
+  template <typename Each>
+  void drain(const Each& each) {
+    for (const auto& [id, weak] : watched_) each(id);
+    watched_.clear();
+  }
   // Calls freed(id) for every watched storage freed since the last sweep, and stops watching it.
   template <typename Freed>
   void sweep(const Freed& freed) {

@@ -59,8 +59,9 @@ std::vector<InactivePeriod> inactive_periods(const Trace& trace, const std::vect
 std::vector<std::uint64_t> memory_demand(const Trace& trace) {
   const std::size_t n = trace.ops.size();
   // Difference array: a step-local tensor adds its bytes at its first use and removes them
-  // once it is released (its last use, or later where the program held it), so the whole curve costs O(ops +
-  // tensors). Unsigned wrap-around in the intermediate entries cancels out in the prefix sums.
+  // once it is released (its last use, or later where the program held it), so the whole
+  // curve costs O(ops + tensors). Unsigned wrap-around in the intermediate entries cancels out
+  // in the prefix sums.
   std::vector<std::uint64_t> diff(n + 1, 0);
   std::uint64_t always = trace.untracked_bytes;
   for (const Tensor& t : trace.tensors) {
