@@ -147,6 +147,8 @@ def parse_args(argv):
     p.add_argument("--release-tracking", choices=("on", "off"), default="off",
                    help="TeraIO modes: Session(record_releases=...): whether the profile records when each storage "
                         "is freed (default off: planned as freed at its last use)")
+    p.add_argument("--save-trace", action="store_true",
+                   help="TeraIO modes: save the profiled trace (binary) and the plan beside the timeline")
     p.add_argument("--recompute-tier", choices=("host", "ssd", "mixed"), default="host",
                    help="teraio-recompute: the tiers, as in teraio-host, teraio-ssd or teraio-mixed (default host)")
     p.add_argument("--recompute-trials", type=int, default=9,
@@ -523,7 +525,7 @@ def train(args, workload, mode, device, result, stem):
                 record.update(session_fields(session.last_step))
             print_step(args, mode, record, tuned + warmup + args.steps)
         if session is not None:
-            result["teraio"] = teraio_summary(session, f"{stem}-{mode}-timeline.json")
+            result["teraio"] = teraio_summary(session, f"{stem}-{mode}", args.save_trace)
             # Closing brings every offloaded tensor back to the device, which a budget far below the
             # model states cannot hold: the measurements stand, the failure to close is reported.
             try:
@@ -563,14 +565,22 @@ def print_step(args, mode, record, total):
     print(line, flush=True)
 
 
-def teraio_summary(session, timeline):
+def teraio_summary(session, prefix, save_trace):
     report = session.report()
+    timeline = f"{prefix}-timeline.json"
     session.export_timeline(timeline)
+    saved = {}
+    if save_trace:
+        # The trace and plan the measured steps ran: `teraio plan` and `teraio simulate` replay them
+        # off the GPU machine, so that the planner can be studied on the real workload.
+        saved = {"trace": f"{prefix}-trace.tiotrace", "plan_file": f"{prefix}-plan.json"}
+        session.save_trace(saved["trace"])
+        session.save_plan(saved["plan_file"])
     plan = dict(report["plan"])
     return {"phase": session.phase, "plan": plan, "predictions": {k: plan.get(k) for k in PLAN_PREDICTIONS},
             "backends": report["backends"], "gpu_budget": report["gpu_budget"], "host_budget": report["host_budget"],
             "footprint_bytes": report["footprint_bytes"], "planned_peak_bytes": report["planned_peak_bytes"],
-            "timeline": timeline}
+            "timeline": timeline, **saved}
 
 
 def memory_peaks(device, result):

@@ -100,6 +100,7 @@ struct Executor::State {
   mutable std::mutex mutex;
   Mode mode = Mode::kPassive;
   std::vector<std::vector<plan::Migration>> migrations_before;  // by issue_before, in issue order
+  NextUses next_uses;
   std::unordered_map<TensorId, Entry> entries;
   // kDevice tensors by last use: the front is the eviction candidate.
   std::set<std::pair<std::uint64_t, TensorId>> idle;
@@ -474,6 +475,26 @@ struct Executor::State {
     free_down_to(op, keep, incoming, config.budget);
   }
 
+  // The idle tensor to evict, not one of `keep`: in a planned step the one used furthest ahead,
+  // which is what the simulator evicts and the plan's model assumes; otherwise (no plan, or a
+  // divergent step whose future the trace does not tell) the least recently used. `idle` is in
+  // LRU order, so among equals the least recently used goes.
+  std::optional<TensorId> pick_victim(OpIndex op, std::span<const TensorId> keep) const {
+    std::optional<TensorId> best;
+    std::uint64_t best_next = 0;
+    for (const auto& [last_use, id] : idle) {
+      if (contains_id(keep, id)) continue;
+      if (mode != Mode::kPlanned || next_uses.empty()) return id;
+      const std::uint64_t next = next_uses.after(id, op);
+      if (!best || next > best_next) {
+        best = id;
+        best_next = next;
+        if (next == NextUses::kNever) break;
+      }
+    }
+    return best;
+  }
+
   // Frees device memory until resident + incoming <= limit: first by waiting for offloads
   // already under way, then by evicting the least recently used idle tensor. Tensors in `keep`
   // stay.
@@ -486,13 +507,12 @@ struct Executor::State {
         complete(*offloading, entries.at(*offloading), op);
         continue;
       }
-      auto victim = std::find_if(idle.begin(), idle.end(),
-                                 [&](const auto& use) { return !contains_id(keep, use.second); });
-      if (victim == idle.end()) {
+      const std::optional<TensorId> victim = pick_victim(op, keep);
+      if (!victim) {
         throw Error(ErrorKind::kInfeasible,
                     over_budget(op, incoming, "no idle resident tensor left to evict"));
       }
-      const TensorId id = victim->second;
+      const TensorId id = *victim;
       Entry& e = entries.at(id);
       if (!start_offload(id, e, io::TierKind::kHost, false)) {
         throw Error(ErrorKind::kTierFull,
@@ -657,6 +677,11 @@ void Executor::set_plan(const plan::Plan& plan) {
   for (auto& bucket : index) std::stable_sort(bucket.begin(), bucket.end(), issued_earlier);
   std::lock_guard lock(state_->mutex);
   state_->migrations_before = std::move(index);
+}
+
+void Executor::set_next_uses(NextUses next_uses) {
+  std::lock_guard lock(state_->mutex);
+  state_->next_uses = std::move(next_uses);
 }
 
 void Executor::set_mode(Mode mode) {

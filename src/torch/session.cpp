@@ -378,6 +378,7 @@ void Session::set_migrations(std::vector<plan::Migration> migrations) {
   plan_bytes_.clear();
   for (const auto& tensor : trace_->tensors) plan_bytes_[tensor.id] = tensor.bytes;
   executor_->set_plan(plan_->plan);
+  executor_->set_next_uses(runtime::NextUses(*trace_));
   predict();
 }
 

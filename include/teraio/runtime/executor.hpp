@@ -7,7 +7,9 @@
 // device (TensorMemory::release_after / use_after) and the host only later sees the transfer
 // done ("settling"); otherwise the operator thread waits (a stall). Without a
 // plan (profiling, divergence) a reactive mode holds the budget: the least recently used idle
-// tensor is evicted when tracked memory exceeds it. Single operator thread; no torch here.
+// tensor is evicted when tracked memory exceeds it. Where a plan leaves a step over the budget,
+// the same eviction takes the idle tensor used furthest ahead instead (NextUses, from the
+// profiled trace). Single operator thread; no torch here.
 #pragma once
 
 #include <array>
@@ -19,6 +21,7 @@
 
 #include "teraio/io/tier_store.hpp"
 #include "teraio/plan/plan.hpp"
+#include "teraio/runtime/next_use.hpp"
 #include "teraio/runtime/tensor_memory.hpp"
 
 namespace teraio::runtime {
@@ -36,7 +39,7 @@ std::string_view to_string(Location location);
 enum class Mode : std::uint8_t {
   kPassive,   // no plan, no eviction: only demand fetches (outside steps, fitting models)
   kReactive,  // evict the least recently used idle tensor while over budget
-  kPlanned,   // carry out the plan (and still evict reactively if over budget)
+  kPlanned,   // carry out the plan (and still evict if over budget: furthest next use first)
 };
 std::string_view to_string(Mode mode);
 
@@ -112,6 +115,10 @@ class Executor {
 
   // Indexes the plan's migrations by operator; replaces any earlier plan. Does not change mode.
   void set_plan(const plan::Plan& plan);
+  // When each tensor is used next in the planned step. In kPlanned, eviction then takes the idle
+  // tensor used furthest ahead (least recently used among equals); without them, or in
+  // kReactive, the least recently used one.
+  void set_next_uses(NextUses next_uses);
   void set_mode(Mode mode);
   Mode mode() const;
   std::uint64_t budget() const;

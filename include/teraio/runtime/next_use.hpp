@@ -1,0 +1,42 @@
+// runtime/next_use: when each tensor is used next in a planned step, from the profiled trace.
+// Reactive eviction in planned mode takes the idle tensor used furthest ahead, as the simulator
+// does, instead of the least recently used one: a tensor the plan has just brought back for an
+// operator soon (AdamW state before the optimizer) was used least recently of all, so LRU would
+// evict it first and fetch it again on demand.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <unordered_map>
+#include <vector>
+
+#include "teraio/trace/trace.hpp"
+
+namespace teraio::runtime {
+
+class NextUses {
+ public:
+  // A tensor the step does not use again and that does not outlive it.
+  static constexpr std::uint64_t kNever = std::numeric_limits<std::uint64_t>::max();
+
+  NextUses() = default;
+  // From a single-step trace (the profile); Error{kInvalidArgument} for a multi-step one.
+  explicit NextUses(const trace::Trace& trace);
+
+  bool empty() const { return uses_.empty(); }
+  // The operator at which tensor `id` is used next after operator k of the step. A persistent
+  // tensor's first use in the next step counts as step length + its index there; a tensor used
+  // no more is kNever. A tensor the trace does not know counts as used at k + 1: nothing says it
+  // can go, so it goes last.
+  std::uint64_t after(trace::TensorId id, trace::OpIndex k) const;
+
+ private:
+  struct Uses {
+    std::vector<trace::OpIndex> ops;  // sorted
+    bool persistent = false;
+  };
+  std::unordered_map<trace::TensorId, Uses> uses_;
+  std::uint64_t step_ops_ = 0;
+};
+
+}  // namespace teraio::runtime

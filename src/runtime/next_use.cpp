@@ -1,0 +1,30 @@
+#include "teraio/runtime/next_use.hpp"
+
+#include <algorithm>
+
+#include "teraio/core/error.hpp"
+#include "teraio/core/strings.hpp"
+
+namespace teraio::runtime {
+
+NextUses::NextUses(const trace::Trace& trace) : step_ops_(trace.ops.size()) {
+  if (trace.step_begins.size() > 1) {
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("next uses are taken from one step; the trace has ", trace.step_begins.size()));
+  }
+  uses_.reserve(trace.tensors.size());
+  for (const trace::Tensor& t : trace.tensors) {
+    if (!t.uses.empty()) uses_[t.id] = Uses{t.uses, t.persistent};
+  }
+}
+
+std::uint64_t NextUses::after(trace::TensorId id, trace::OpIndex k) const {
+  const auto found = uses_.find(id);
+  if (found == uses_.end()) return std::uint64_t{k} + 1;
+  const std::vector<trace::OpIndex>& ops = found->second.ops;
+  const auto next = std::upper_bound(ops.begin(), ops.end(), k);
+  if (next != ops.end()) return *next;
+  return found->second.persistent ? step_ops_ + ops.front() : kNever;
+}
+
+}  // namespace teraio::runtime
