@@ -489,7 +489,6 @@ struct Executor::State {
       if (!best || next > best_next) {
         best = id;
         best_next = next;
-        if (next == NextUses::kNever) break;
       }
     }
     return best;

@@ -24,7 +24,7 @@ std::uint64_t NextUses::after(trace::TensorId id, trace::OpIndex k) const {
   const std::vector<trace::OpIndex>& ops = found->second.ops;
   const auto next = std::upper_bound(ops.begin(), ops.end(), k);
   if (next != ops.end()) return *next;
-  return found->second.persistent ? step_ops_ + ops.front() : kNever;
+  return found->second.persistent ? step_ops_ + ops.front() : std::uint64_t{k} + 1;
 }
 
 }  // namespace teraio::runtime

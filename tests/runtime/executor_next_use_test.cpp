@@ -77,10 +77,10 @@ TEST(ExecutorNextUse, WithoutAPlanTheLeastRecentlyUsedGoes) {
   }
 }
 
-TEST(NextUses, CountsTheNextStepForPersistentTensorsAndNeverForTheRest) {
+TEST(NextUses, CountsTheNextStepForPersistentTensorsAndTheNextOperatorForTheRest) {
   const NextUses next(four_operators());
   EXPECT_EQ(next.after(1, 0), 3u);
-  EXPECT_EQ(next.after(1, 3), NextUses::kNever);
+  EXPECT_EQ(next.after(1, 3), 4u);  // used no more: as if used next, so it goes last
   EXPECT_EQ(next.after(2, 1), 4u + 1u);
   EXPECT_EQ(next.after(3, 0), 2u);
   EXPECT_EQ(next.after(99, 2), 3u);  // unknown: as if used next, so it goes last
