@@ -1,0 +1,151 @@
+// runtime/executor_eviction: what the executor moves and when (see executor_state.hpp).
+#include "executor_state.hpp"
+#include "teraio/core/log.hpp"
+#include "teraio/core/strings.hpp"
+
+namespace teraio::runtime {
+
+std::string Executor::State::over_budget(OpIndex op, std::uint64_t incoming, std::string_view why) const {
+  return cat("tracked tensors hold ", resident, " bytes",
+             incoming > 0 ? cat(" (+", incoming, " to fetch)") : "", ", over the device budget of ",
+             config.budget, " bytes, at operator ", op, ": ", why);
+}
+
+void Executor::State::make_room(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming) {
+  if (mode == Mode::kPassive || config.budget == 0) return;
+  if (resident + incoming > config.budget) forget_freed();
+  free_down_to(op, keep, incoming, config.budget);
+}
+
+std::optional<TensorId> Executor::State::pick_victim(OpIndex op, std::span<const TensorId> keep) const {
+  std::optional<TensorId> best;
+  std::uint64_t best_next = 0;
+  for (const auto& [last_use, id] : idle) {
+    if (contains_id(keep, id)) continue;
+    if (mode != Mode::kPlanned || next_uses.empty()) return id;
+    const std::uint64_t next = next_uses.after(id, op);
+    if (!best || next > best_next) {
+      best = id;
+      best_next = next;
+    }
+  }
+  return best;
+}
+
+void Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming,
+                                   std::uint64_t limit) {
+  while (resident + incoming > limit) {
+    auto offloading = std::find_if(in_flight.begin(), in_flight.end(), [&](TensorId id) {
+      return entries.at(id).location == Location::kOffloading && !contains_id(keep, id);
+    });
+    if (offloading != in_flight.end()) {
+      complete(*offloading, entries.at(*offloading), op);
+      continue;
+    }
+    const std::optional<TensorId> victim = pick_victim(op, keep);
+    if (!victim) {
+      throw Error(ErrorKind::kInfeasible, over_budget(op, incoming, "no idle resident tensor left to evict"));
+    }
+    const TensorId id = *victim;
+    Entry& e = entries.at(id);
+    if (!start_offload(id, e, io::TierKind::kHost, false)) {
+      throw Error(ErrorKind::kTierFull,
+                  over_budget(op, incoming,
+                              cat("neither the host nor the SSD tier has room for tensor ", id, " (", e.bytes,
+                                  " bytes)")));
+    }
+    ++stats.evictions;
+    log::debug("evict tensor ", id, " (", e.bytes, " bytes) at operator ", op, ": ", resident, " resident + ",
+               incoming, " incoming over ", limit);
+    complete(id, e, op);
+  }
+}
+
+void* Executor::State::allocate(TensorId id, Entry& e, std::span<const TensorId> keep) {
+  try {
+    return memory.reallocate(id);
+  } catch (const Error& error) {
+    if (error.kind() != ErrorKind::kOutOfMemory) throw;
+    log::debug("fetch of tensor ", id, " refused by the allocator, freeing ", e.bytes,
+               " bytes: ", error.what());
+  }
+  ++stats.allocation_retries;
+  forget_freed();
+  std::vector<TensorId> stay(keep.begin(), keep.end());
+  stay.push_back(id);
+  try {
+    free_down_to(current_op, stay, 0, resident > e.bytes ? resident - e.bytes : 0);
+  } catch (const Error& error) {
+    // Nothing idle left to move: the retry below says whether what was freed suffices.
+    if (!no_room(error)) throw;
+  }
+  memory.trim();
+  return memory.reallocate(id);
+}
+
+void Executor::State::demand_fetch(TensorId id, Entry& e, OpIndex op, std::span<const TensorId> keep) {
+  log::debug("demand fetch of tensor ", id, " (", e.bytes, " bytes) at operator ", op);
+  make_room(op, keep, e.bytes);
+  start_fetch(id, e, false, keep);
+  ++stats.demand_fetches;
+  complete(id, e, op);
+}
+
+void Executor::State::make_resident(TensorId id, Entry& e, OpIndex op, std::span<const TensorId> keep) {
+  switch (e.location) {
+    case Location::kDevice: return;
+    case Location::kOffloading: take_back(id, e, op); return;
+    case Location::kFetching: complete(id, e, op); return;
+    case Location::kHost:
+    case Location::kSsd: demand_fetch(id, e, op, keep); return;
+  }
+}
+
+void Executor::State::issue(const plan::Migration& migration, OpIndex op, std::span<const TensorId> used) {
+  auto found = entries.find(migration.tensor);
+  if (found == entries.end()) {
+    ++stats.skipped;
+    return;
+  }
+  if (!memory.alive(migration.tensor)) {
+    forget(found);
+    ++stats.skipped;
+    return;
+  }
+  const TensorId id = found->first;
+  Entry& e = found->second;
+  if (migration.direction == plan::Direction::kOffload) {
+    // A stale plan may offload a tensor this very operator uses: it would be taken back at once.
+    if (e.location != Location::kDevice || contains_id(used, id) ||
+        !start_offload(id, e, tier_kind(migration.tier), true)) {
+      ++stats.skipped;
+      return;
+    }
+    ++stats.planned_offloads;
+    return;
+  }
+  if (e.location == Location::kOffloading) {
+    take_back(id, e, op);
+    return;
+  }
+  if (e.location != Location::kHost && e.location != Location::kSsd) {
+    ++stats.skipped;
+    return;
+  }
+  std::vector<TensorId> keep(used.begin(), used.end());
+  keep.push_back(id);
+  try {
+    make_room(op, keep, e.bytes);
+    start_fetch(id, e, true, keep);
+  } catch (const Error& error) {
+    // No room now (nothing left to move, or the allocator refused twice): the operators
+    // before its use may free memory; if not, the use fetches it on demand.
+    if (!no_room(error) && error.kind() != ErrorKind::kOutOfMemory) throw;
+    log::debug("planned prefetch of tensor ", id, " skipped: ", error.what());
+    ++stats.skipped;
+    return;
+  }
+  ++stats.planned_prefetches;
+}
+
+}  // namespace teraio::runtime

@@ -1,0 +1,243 @@
+// runtime/executor_state: the executor's state, private to the runtime module. Split by
+// concern: executor_transfers.cpp moves bytes (offloads, fetches, their completion on the host
+// or the device, forgetting freed tensors), executor_eviction.cpp decides what has to move
+// (holding the budget, demand fetches, the plan's migrations), executor.cpp is the public API.
+// Every member runs under `mutex`, taken by the public API.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "teraio/core/error.hpp"
+#include "teraio/runtime/executor.hpp"
+
+namespace teraio::runtime {
+
+using ExecutorClock = std::chrono::steady_clock;
+
+inline bool holds_device_memory(Location location) {
+  return location == Location::kDevice || location == Location::kOffloading ||
+         location == Location::kFetching;
+}
+
+inline io::TierKind tier_kind(plan::Tier tier) {
+  return tier == plan::Tier::kHost ? io::TierKind::kHost : io::TierKind::kSsd;
+}
+inline plan::Tier plan_tier(io::TierKind tier) {
+  return tier == io::TierKind::kHost ? plan::Tier::kHost : plan::Tier::kSsd;
+}
+inline Location offloaded_location(io::TierKind tier) {
+  return tier == io::TierKind::kHost ? Location::kHost : Location::kSsd;
+}
+inline io::TierKind other_tier(io::TierKind tier) {
+  return tier == io::TierKind::kHost ? io::TierKind::kSsd : io::TierKind::kHost;
+}
+
+inline bool contains_id(std::span<const TensorId> ids, TensorId id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+struct Executor::State {
+  struct Entry {
+    std::uint64_t bytes = 0;
+    Location location = Location::kDevice;
+    std::optional<io::Extent> extent;  // where the bytes are (or go, or come from) off the device
+    io::Transfer transfer;             // valid while kOffloading or kFetching
+    TransferSpan span;                 // of the transfer in flight
+    std::uint64_t last_use = 0;        // use clock, for LRU eviction
+  };
+
+  State(io::TierStore& s, TensorMemory& m, ExecutorConfig c)
+      : store(s), memory(m), config(c), created(ExecutorClock::now()) {}
+
+  io::TierStore& store;
+  TensorMemory& memory;
+  ExecutorConfig config;
+  ExecutorClock::time_point created;
+
+  mutable std::mutex mutex;
+  Mode mode = Mode::kPassive;
+  std::vector<std::vector<plan::Migration>> migrations_before;  // by issue_before, in issue order
+  NextUses next_uses;
+  std::unordered_map<TensorId, Entry> entries;
+  // kDevice tensors by last use: the front is the eviction candidate.
+  std::set<std::pair<std::uint64_t, TensorId>> idle;
+  std::vector<TensorId> in_flight;  // in submission order
+  // Transfers whose device side is settled (the device waits for them) but which the host has
+  // not seen complete yet; `release` is the extent to give back then (a finished prefetch, or a
+  // taken-back offload). Each still holds its extent busy in the store.
+  struct Settling {
+    TensorId id = 0;
+    io::Transfer transfer;
+    TransferSpan span;
+    std::optional<io::Extent> release;
+    // A taken-back offload: the device bytes stayed valid, so its failure is only logged.
+    bool dropped = false;
+  };
+  std::vector<Settling> settling;  // in submission order
+  std::uint64_t use_clock = 0;
+  std::uint64_t resident = 0;
+  std::uint64_t steps_begun = 0;
+  OpIndex current_op = 0;
+  StepStats stats;
+
+  double now_s() const { return std::chrono::duration<double>(ExecutorClock::now() - created).count(); }
+
+  Entry& entry(TensorId id) {
+    auto found = entries.find(id);
+    if (found == entries.end()) throw Error(ErrorKind::kInvalidArgument, cat("unknown tensor ", id));
+    return found->second;
+  }
+
+  // Empty tensors are never evicted: moving them frees nothing.
+  static bool idle_candidate(const Entry& e) { return e.location == Location::kDevice && e.bytes > 0; }
+
+  void set_location(TensorId id, Entry& e, Location location) {
+    if (idle_candidate(e)) idle.erase({e.last_use, id});
+    if (holds_device_memory(e.location)) resident -= e.bytes;
+    e.location = location;
+    if (idle_candidate(e)) idle.insert({e.last_use, id});
+    if (holds_device_memory(location)) {
+      resident += e.bytes;
+      stats.peak_resident = std::max(stats.peak_resident, resident);
+    }
+  }
+
+  void touch(TensorId id, Entry& e) {
+    if (idle_candidate(e)) idle.erase({e.last_use, id});
+    e.last_use = ++use_clock;
+    if (idle_candidate(e)) idle.insert({e.last_use, id});
+  }
+
+  void count_bytes(plan::Direction direction, io::TierKind tier, std::uint64_t bytes) {
+    const bool host = tier == io::TierKind::kHost;
+    if (direction == plan::Direction::kOffload) {
+      (host ? stats.bytes_to_host : stats.bytes_to_ssd) += bytes;
+    } else {
+      (host ? stats.bytes_from_host : stats.bytes_from_ssd) += bytes;
+    }
+  }
+
+  void start_span(TensorId id, Entry& e, plan::Direction direction, bool planned);
+
+  // Takes a transfer still running off the entry (its span is recorded when it settles).
+  io::Transfer close_transfer_open(TensorId id, Entry& e);
+
+  // Takes the finished transfer off the entry and records its span.
+  io::Transfer close_transfer(TensorId id, Entry& e);
+
+  // Copies a kDevice tensor out to `preferred` (or the other tier when it is full); false when
+  // neither tier has room.
+  bool start_offload(TensorId id, Entry& e, io::TierKind preferred, bool planned);
+
+  void start_fetch(TensorId id, Entry& e, bool planned, std::span<const TensorId> keep);
+
+  // Blocks until the transfer has finished, counting the wait as a stall of `op`. Does not
+  // throw: the caller looks at the outcome.
+  void await(const io::Transfer& transfer, OpIndex op, StallCause cause);
+  void await(Entry& e, OpIndex op, StallCause cause) { await(e.transfer, op, cause); }
+
+  // Hands the entry's transfer over to the device (its device_side() must be set): the memory
+  // of an offload is released behind its copy, a prefetched tensor may be used behind its copy.
+  // The host retires the transfer later (retire_settled), when it sees it complete.
+  void settle_on_device(TensorId id, Entry& e);
+
+  static bool settles_on_device(const Entry& e) { return e.transfer.device_side() != nullptr; }
+
+  // Finishes the entry's transfer as far as the operators are concerned: handed to the device
+  // where it has a device side, else waited for and retired on the host.
+  void complete(TensorId id, Entry& e, OpIndex op);
+
+  // Retires one settled transfer the host has seen complete (or waits for it when `wait`).
+  // Its failure concerns bytes the device already relied on, so it is returned to be raised.
+  std::exception_ptr retire_settled(std::size_t index, std::optional<StallCause> wait, OpIndex op);
+
+  // Waits for the settling transfers of one tensor: before its extent is read again or given back.
+  std::exception_ptr settle(TensorId id, OpIndex op);
+
+  // Retires a finished transfer. An offload frees the device memory; a prefetch frees the
+  // extent. On failure the tensor stays where its bytes are valid and the error is rethrown.
+  void finish(TensorId id, Entry& e);
+
+  // An offload still in flight whose tensor is needed again: the device copy never stopped
+  // being valid, so the copy out is dropped once the store is done with it.
+  void take_back(TensorId id, Entry& e, OpIndex op);
+
+  // Retires every finished transfer. A failure concerns a tensor that is already back where
+  // its bytes are valid, so it is returned rather than thrown: the caller first finishes
+  // making the operator's tensors resident.
+  std::exception_ptr retire_completed();
+
+  // Runs work, then rethrows `pending`; if work throws, that error wins and pending is logged.
+  template <typename Work>
+  void then_rethrow(std::exception_ptr pending, Work&& work) {
+    try {
+      work();
+    } catch (...) {
+      if (pending) log_lost(pending);
+      throw;
+    }
+    if (pending) std::rethrow_exception(pending);
+  }
+
+  static void log_lost(std::exception_ptr failure);
+
+  std::string over_budget(OpIndex op, std::uint64_t incoming, std::string_view why) const;
+
+  // Stops tracking a tensor the program freed: its transfer in flight (if any) is waited for
+  // and its extent released. Transfers already settled on the device are not waited for:
+  // nobody needs their bytes any more, so they only give the extent back once the host sees
+  // them done (and a failure of theirs is only logged).
+  void forget(std::unordered_map<TensorId, Entry>::iterator found);
+
+  // Forgets every tensor the program has freed; only needed when memory is short, so the
+  // owner does not have to report frees operator by operator. `keep` stays even if freed: the
+  // caller holds a reference to its entry (the program may free it from another thread).
+  void forget_freed(std::optional<TensorId> keep = std::nullopt);
+
+  // What free_down_to throws when nothing more can be moved out.
+  static bool no_room(const Error& error) {
+    return error.kind() == ErrorKind::kInfeasible || error.kind() == ErrorKind::kTierFull;
+  }
+
+  // Outside kPassive, frees device memory until `incoming` more bytes fit the budget.
+  void make_room(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming);
+
+  // The idle tensor to evict, not one of `keep`: in a planned step the one used furthest ahead,
+  // which is what the simulator evicts and the plan's model assumes; otherwise (no plan, or a
+  // divergent step whose future the trace does not tell) the least recently used. `idle` is in
+  // LRU order, so among equals the least recently used goes.
+  std::optional<TensorId> pick_victim(OpIndex op, std::span<const TensorId> keep) const;
+
+  // Frees device memory until resident + incoming <= limit: first by waiting for offloads
+  // already under way, then by evicting the least recently used idle tensor. Tensors in `keep`
+  // stay.
+  void free_down_to(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming, std::uint64_t limit);
+
+  // A fresh allocation for a fetch. The allocator may refuse one although the tracked tensors
+  // are within the budget (memory TeraIO does not track, blocks too fragmented to join): then
+  // as many bytes again are moved out beyond the budget, the allocator's cached blocks go back
+  // to the device, and it is asked once more; a second refusal is raised.
+  void* allocate(TensorId id, Entry& e, std::span<const TensorId> keep);
+
+  void demand_fetch(TensorId id, Entry& e, OpIndex op, std::span<const TensorId> keep);
+
+  void make_resident(TensorId id, Entry& e, OpIndex op, std::span<const TensorId> keep);
+
+  void issue(const plan::Migration& migration, OpIndex op, std::span<const TensorId> used);
+
+  void drain();
+};
+
+}  // namespace teraio::runtime

@@ -1,0 +1,291 @@
+// runtime/executor_transfers: how the executor moves bytes (see executor_state.hpp).
+#include "executor_state.hpp"
+#include "teraio/core/log.hpp"
+#include "teraio/core/strings.hpp"
+
+namespace teraio::runtime {
+
+void Executor::State::start_span(TensorId id, Entry& e, plan::Direction direction, bool planned) {
+  e.span = TransferSpan{id, direction, plan_tier(e.extent->tier), e.bytes, planned, now_s(), 0};
+  in_flight.push_back(id);
+  count_bytes(direction, e.extent->tier, e.bytes);
+}
+
+io::Transfer Executor::State::close_transfer_open(TensorId id, Entry& e) {
+  in_flight.erase(std::find(in_flight.begin(), in_flight.end(), id));
+  return std::exchange(e.transfer, io::Transfer{});
+}
+
+io::Transfer Executor::State::close_transfer(TensorId id, Entry& e) {
+  e.span.end_s = now_s();
+  stats.transfers.push_back(e.span);
+  return close_transfer_open(id, e);
+}
+
+bool Executor::State::start_offload(TensorId id, Entry& e, io::TierKind preferred, bool planned) {
+  const auto allocate_extent = [&] {
+    std::optional<io::Extent> extent = store.allocate(preferred, e.bytes);
+    return extent ? extent : store.allocate(other_tier(preferred), e.bytes);
+  };
+  std::optional<io::Extent> extent = allocate_extent();
+  if (!extent) {
+    // Tensors the program freed while away keep their extents until they are forgotten, which
+    // happens lazily; the plan counted their space free from their release.
+    forget_freed(id);
+    extent = allocate_extent();
+  }
+  if (!extent) return false;
+  try {
+    memory.before_copy_out(id);
+    e.transfer = store.write(*extent, memory.data(id), io::MemoryKind::kDevice, cat("tensor ", id));
+  } catch (...) {
+    store.release(*extent);
+    throw;
+  }
+  e.extent = extent;
+  start_span(id, e, plan::Direction::kOffload, planned);
+  set_location(id, e, Location::kOffloading);
+  return true;
+}
+
+void Executor::State::start_fetch(TensorId id, Entry& e, bool planned, std::span<const TensorId> keep) {
+  // Its copy out may still be settling: the read must not overtake the write.
+  if (std::exception_ptr failure = settle(id, current_op)) std::rethrow_exception(failure);
+  void* fresh = allocate(id, e, keep);
+  try {
+    e.transfer = store.read(*e.extent, fresh, io::MemoryKind::kDevice);
+  } catch (...) {
+    memory.release(id);
+    throw;
+  }
+  start_span(id, e, plan::Direction::kPrefetch, planned);
+  set_location(id, e, Location::kFetching);
+}
+
+void Executor::State::await(const io::Transfer& transfer, OpIndex op, StallCause cause) {
+  if (transfer.ready()) return;
+  const double start = now_s();
+  while (!transfer.wait_for(std::chrono::seconds(1))) {
+  }
+  const double end = now_s();
+  stats.stalls.push_back(StallSpan{op, start, end, cause});
+  stats.stall_s += end - start;
+  stats.stall_by_cause_s[static_cast<std::size_t>(cause)] += end - start;
+}
+
+void Executor::State::settle_on_device(TensorId id, Entry& e) {
+  io::CopyEvent& copy = *e.transfer.device_side();
+  // Handed over first: if that fails the entry is untouched and the host-wait path can
+  // still finish the transfer.
+  if (e.location == Location::kOffloading) {
+    memory.release_after(id, copy);
+  } else {
+    TERAIO_ASSERT(e.location == Location::kFetching);
+    memory.use_after(id, copy);
+  }
+  Settling settled{id, close_transfer_open(id, e), e.span, std::nullopt, false};
+  if (e.location == Location::kOffloading) {
+    set_location(id, e, offloaded_location(e.extent->tier));
+  } else {
+    settled.release = std::exchange(e.extent, std::nullopt);
+    set_location(id, e, Location::kDevice);
+  }
+  ++stats.device_waits;
+  settling.push_back(std::move(settled));
+}
+
+void Executor::State::complete(TensorId id, Entry& e, OpIndex op) {
+  if (settles_on_device(e)) {
+    settle_on_device(id, e);
+    return;
+  }
+  await(e, op, StallCause::kTransfer);
+  finish(id, e);
+}
+
+std::exception_ptr Executor::State::retire_settled(std::size_t index, std::optional<StallCause> wait,
+                                                   OpIndex op) {
+  Settling done = std::move(settling[index]);
+  settling.erase(settling.begin() + static_cast<std::ptrdiff_t>(index));
+  if (wait) await(done.transfer, op, *wait);
+  done.span.end_s = now_s();
+  stats.transfers.push_back(done.span);
+  std::exception_ptr failure;
+  try {
+    done.transfer.wait();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // A failed prefetch still gives its extent back: the tensor's operators have already read
+  // the device memory, so the step fails with this error either way.
+  if (done.release) store.release(*done.release);
+  if (failure && done.dropped) {
+    log_lost(failure);
+    return nullptr;
+  }
+  return failure;
+}
+
+std::exception_ptr Executor::State::settle(TensorId id, OpIndex op) {
+  std::exception_ptr first;
+  for (std::size_t i = settling.size(); i-- > 0;) {
+    if (settling[i].id != id) continue;
+    std::exception_ptr failure = retire_settled(i, StallCause::kOrdering, op);
+    if (failure && !first) first = failure;
+  }
+  return first;
+}
+
+void Executor::State::finish(TensorId id, Entry& e) {
+  const io::Transfer transfer = close_transfer(id, e);
+  std::exception_ptr failure;
+  try {
+    transfer.wait();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  const io::Extent extent = *e.extent;
+  if (e.location == Location::kOffloading) {
+    if (failure) {
+      e.extent.reset();
+      set_location(id, e, Location::kDevice);
+      store.release(extent);
+      std::rethrow_exception(failure);
+    }
+    memory.release(id);
+    set_location(id, e, offloaded_location(extent.tier));
+  } else {
+    TERAIO_ASSERT(e.location == Location::kFetching);
+    if (failure) {
+      // The fresh allocation holds garbage; the extent still holds the tensor.
+      memory.release(id);
+      set_location(id, e, offloaded_location(extent.tier));
+      std::rethrow_exception(failure);
+    }
+    e.extent.reset();
+    set_location(id, e, Location::kDevice);
+    store.release(extent);
+  }
+}
+
+void Executor::State::take_back(TensorId id, Entry& e, OpIndex op) {
+  if (settles_on_device(e)) {
+    // The copy out only reads the memory, which stays the tensor's: nothing to wait for. The
+    // extent goes back once the host sees the copy done.
+    Settling dropped{id, close_transfer_open(id, e), e.span, std::exchange(e.extent, std::nullopt), true};
+    settling.push_back(std::move(dropped));
+    set_location(id, e, Location::kDevice);
+    ++stats.cancelled_offloads;
+    return;
+  }
+  await(e, op, StallCause::kTakeBack);
+  const io::Transfer transfer = close_transfer(id, e);
+  try {
+    transfer.wait();
+  } catch (const Error& error) {
+    log::warn("offload of tensor ", id, " failed while it was taken back: ", error.what());
+  }
+  const io::Extent extent = *e.extent;
+  e.extent.reset();
+  set_location(id, e, Location::kDevice);
+  store.release(extent);
+  ++stats.cancelled_offloads;
+}
+
+std::exception_ptr Executor::State::retire_completed() {
+  std::exception_ptr settled_failure;
+  for (std::size_t i = settling.size(); i-- > 0;) {
+    if (!settling[i].transfer.ready()) continue;
+    std::exception_ptr failure = retire_settled(i, std::nullopt, current_op);
+    if (failure && !settled_failure) settled_failure = failure;
+  }
+  std::vector<TensorId> done;
+  for (const TensorId id : in_flight) {
+    if (entries.at(id).transfer.ready()) done.push_back(id);
+  }
+  std::exception_ptr first = settled_failure;
+  for (const TensorId id : done) {
+    try {
+      finish(id, entries.at(id));
+    } catch (...) {
+      if (first) {
+        log_lost(std::current_exception());
+      } else {
+        first = std::current_exception();
+      }
+    }
+  }
+  return first;
+}
+
+void Executor::State::log_lost(std::exception_ptr failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const std::exception& error) {
+    log::warn("runtime executor: ", error.what());
+  } catch (...) {
+    log::warn("runtime executor: a transfer failed with an unknown exception");
+  }
+}
+
+void Executor::State::forget(std::unordered_map<TensorId, Entry>::iterator found) {
+  const TensorId id = found->first;
+  Entry& e = found->second;
+  for (Settling& s : settling) {
+    if (s.id != id) continue;
+    s.dropped = true;
+    // A settling copy out writes the extent the entry still names: it goes back with it.
+    if (!s.release && e.extent) s.release = std::exchange(e.extent, std::nullopt);
+  }
+  if (e.transfer.valid()) {
+    await(e, current_op, StallCause::kForget);
+    const io::Transfer transfer = close_transfer(id, e);
+    try {
+      transfer.wait();
+    } catch (const Error& error) {
+      log::debug("transfer of freed tensor ", id, " failed: ", error.what());
+    }
+  }
+  if (e.extent) store.release(*e.extent);
+  if (idle_candidate(e)) idle.erase({e.last_use, id});
+  if (holds_device_memory(e.location)) resident -= e.bytes;
+  entries.erase(found);
+}
+
+void Executor::State::forget_freed(std::optional<TensorId> keep) {
+  std::vector<TensorId> freed;
+  for (const auto& [id, e] : entries) {
+    if (id != keep && !memory.alive(id)) freed.push_back(id);
+  }
+  for (const TensorId id : freed) forget(entries.find(id));
+}
+
+void Executor::State::drain() {
+  std::exception_ptr first;
+  while (!settling.empty()) {
+    std::exception_ptr failure = retire_settled(0, StallCause::kDrain, current_op);
+    if (!failure) continue;
+    if (first) {
+      log_lost(failure);
+    } else {
+      first = failure;
+    }
+  }
+  while (!in_flight.empty()) {
+    const TensorId id = in_flight.front();
+    Entry& e = entries.at(id);
+    await(e, current_op, StallCause::kDrain);
+    try {
+      finish(id, e);
+    } catch (...) {
+      if (first) {
+        log_lost(std::current_exception());
+      } else {
+        first = std::current_exception();
+      }
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace teraio::runtime
