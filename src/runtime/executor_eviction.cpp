@@ -5,6 +5,8 @@
 
 namespace teraio::runtime {
 
+using namespace executor_detail;
+
 std::string Executor::State::over_budget(OpIndex op, std::uint64_t incoming, std::string_view why) const {
   return cat("tracked tensors hold ", resident, " bytes",
              incoming > 0 ? cat(" (+", incoming, " to fetch)") : "", ", over the device budget of ",

@@ -20,11 +20,12 @@
 #include <vector>
 
 #include "teraio/core/error.hpp"
+#include "teraio/core/strings.hpp"
 #include "teraio/runtime/executor.hpp"
 
 namespace teraio::runtime {
 
-using ExecutorClock = std::chrono::steady_clock;
+namespace executor_detail {
 
 inline bool holds_device_memory(Location location) {
   return location == Location::kDevice || location == Location::kOffloading ||
@@ -48,7 +49,11 @@ inline bool contains_id(std::span<const TensorId> ids, TensorId id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
+}  // namespace executor_detail
+
 struct Executor::State {
+  using Clock = std::chrono::steady_clock;
+
   struct Entry {
     std::uint64_t bytes = 0;
     Location location = Location::kDevice;
@@ -59,19 +64,20 @@ struct Executor::State {
   };
 
   State(io::TierStore& s, TensorMemory& m, ExecutorConfig c)
-      : store(s), memory(m), config(c), created(ExecutorClock::now()) {}
+      : store(s), memory(m), config(c), created(Clock::now()) {}
 
   io::TierStore& store;
   TensorMemory& memory;
   ExecutorConfig config;
-  ExecutorClock::time_point created;
+  Clock::time_point created;
 
   mutable std::mutex mutex;
   Mode mode = Mode::kPassive;
   std::vector<std::vector<plan::Migration>> migrations_before;  // by issue_before, in issue order
   NextUses next_uses;
   std::unordered_map<TensorId, Entry> entries;
-  // kDevice tensors by last use: the front is the eviction candidate.
+  // kDevice tensors by last use: in this order pick_victim looks for one to evict (least
+  // recently used first; in a planned step it breaks ties between equally distant next uses).
   std::set<std::pair<std::uint64_t, TensorId>> idle;
   std::vector<TensorId> in_flight;  // in submission order
   // Transfers whose device side is settled (the device waits for them) but which the host has
@@ -92,7 +98,7 @@ struct Executor::State {
   OpIndex current_op = 0;
   StepStats stats;
 
-  double now_s() const { return std::chrono::duration<double>(ExecutorClock::now() - created).count(); }
+  double now_s() const { return std::chrono::duration<double>(Clock::now() - created).count(); }
 
   Entry& entry(TensorId id) {
     auto found = entries.find(id);
@@ -105,10 +111,10 @@ struct Executor::State {
 
   void set_location(TensorId id, Entry& e, Location location) {
     if (idle_candidate(e)) idle.erase({e.last_use, id});
-    if (holds_device_memory(e.location)) resident -= e.bytes;
+    if (executor_detail::holds_device_memory(e.location)) resident -= e.bytes;
     e.location = location;
     if (idle_candidate(e)) idle.insert({e.last_use, id});
-    if (holds_device_memory(location)) {
+    if (executor_detail::holds_device_memory(location)) {
       resident += e.bytes;
       stats.peak_resident = std::max(stats.peak_resident, resident);
     }
@@ -221,7 +227,7 @@ struct Executor::State {
   std::optional<TensorId> pick_victim(OpIndex op, std::span<const TensorId> keep) const;
 
   // Frees device memory until resident + incoming <= limit: first by waiting for offloads
-  // already under way, then by evicting the least recently used idle tensor. Tensors in `keep`
+  // already under way, then by evicting the idle tensor pick_victim chooses. Tensors in `keep`
   // stay.
   void free_down_to(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming, std::uint64_t limit);
 

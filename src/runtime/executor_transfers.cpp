@@ -5,6 +5,8 @@
 
 namespace teraio::runtime {
 
+using namespace executor_detail;
+
 void Executor::State::start_span(TensorId id, Entry& e, plan::Direction direction, bool planned) {
   e.span = TransferSpan{id, direction, plan_tier(e.extent->tier), e.bytes, planned, now_s(), 0};
   in_flight.push_back(id);

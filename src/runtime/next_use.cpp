@@ -20,7 +20,7 @@ NextUses::NextUses(const trace::Trace& trace) : step_ops_(trace.ops.size()) {
 
 std::uint64_t NextUses::after(trace::TensorId id, trace::OpIndex k) const {
   const auto found = uses_.find(id);
-  if (found == uses_.end()) return std::uint64_t{k} + 1;
+  if (found == uses_.end()) return kNever;
   const std::vector<trace::OpIndex>& ops = found->second.ops;
   const auto next = std::upper_bound(ops.begin(), ops.end(), k);
   if (next != ops.end()) return *next;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <unordered_map>
 #include <vector>
 
@@ -15,17 +16,23 @@ namespace teraio::runtime {
 
 class NextUses {
  public:
+  // after() of a tensor no operator of the step or the next will use.
+  static constexpr std::uint64_t kNever = std::numeric_limits<std::uint64_t>::max();
+
   NextUses() = default;
   // From a single-step trace (the profile); Error{kInvalidArgument} for a multi-step one.
   explicit NextUses(const trace::Trace& trace);
 
   bool empty() const { return uses_.empty(); }
   // The operator at which tensor `id` is used next after operator k of the step. A persistent
-  // tensor's first use in the next step counts as step length + its index there. A step-local
-  // tensor used no more counts as used at k + 1, so that it goes last: the program frees it
-  // soon, so copying it out moves bytes about to be dropped (measured on W2 at 24 GiB: 15 GiB
-  // per step that never came back, and the simulator, which frees it at its last use, never
-  // evicts it). A tensor the trace does not know counts the same: nothing says it can go.
+  // tensor's first use in the next step counts as step length + its index there. A tensor the
+  // trace does not know is kNever, so it goes first: in a step that follows the profile, a
+  // tracked storage the profiled step never used (an earlier step's, a frozen copy) is not used
+  // now either (a new storage the profile lacks makes the step divergent, and divergent steps
+  // evict least recently used). A step-local tensor used no more counts as used at k + 1, so
+  // that it goes last: the program frees it soon, so copying it out moves bytes about to be
+  // dropped (measured on W2 at 24 GiB: 15 GiB per step that never came back; the simulator,
+  // which frees it at its last use, never evicts it).
   std::uint64_t after(trace::TensorId id, trace::OpIndex k) const;
 
  private:
