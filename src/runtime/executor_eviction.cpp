@@ -20,15 +20,17 @@ void Executor::State::make_room(OpIndex op, std::span<const TensorId> keep, std:
 }
 
 std::optional<TensorId> Executor::State::pick_victim(OpIndex op, std::span<const TensorId> keep) const {
+  const bool by_next_use = mode == Mode::kPlanned && !next_uses.empty();
   std::optional<TensorId> best;
   std::uint64_t best_next = 0;
   for (const auto& [last_use, id] : idle) {
     if (contains_id(keep, id)) continue;
-    if (mode != Mode::kPlanned || next_uses.empty()) return id;
+    if (!by_next_use) return id;
     const std::uint64_t next = next_uses.after(id, op);
     if (!best || next > best_next) {
       best = id;
       best_next = next;
+      if (next == NextUses::kNever) break;  // nothing comes later
     }
   }
   return best;

@@ -15,21 +15,26 @@ using testing::Rig;
 
 constexpr std::uint64_t kBytes = 16 * kKiB;
 
+trace::Tensor tensor(TensorId id, std::vector<OpIndex> uses, bool persistent) {
+  trace::Tensor one;
+  one.id = id;
+  one.bytes = kBytes;
+  one.persistent = persistent;
+  one.uses = std::move(uses);
+  return one;
+}
+
+trace::Trace trace_of(std::vector<trace::Tensor> tensors, std::size_t ops) {
+  trace::Trace t;
+  t.ops.resize(ops, trace::Operator{"aten::op", 1e-3});
+  t.tensors = std::move(tensors);
+  return t;
+}
+
 // Four operators. Tensor 1 is used at 0 and 3, tensor 2 (persistent) at 1 only, so its next use
 // is in the next step; tensor 3 is made by operator 2, when the budget of two tensors is full.
 trace::Trace four_operators() {
-  trace::Trace t;
-  t.ops.resize(4, trace::Operator{"aten::op", 1e-3});
-  auto tensor = [](TensorId id, std::vector<OpIndex> uses, bool persistent) {
-    trace::Tensor one;
-    one.id = id;
-    one.bytes = kBytes;
-    one.persistent = persistent;
-    one.uses = std::move(uses);
-    return one;
-  };
-  t.tensors = {tensor(1, {0, 3}, false), tensor(2, {1}, true), tensor(3, {2, 3}, false)};
-  return t;
+  return trace_of({tensor(1, {0, 3}, false), tensor(2, {1}, true), tensor(3, {2, 3}, false)}, 4);
 }
 
 StepStats run_step(Executor& ex, Rig& rig) {
@@ -78,7 +83,7 @@ TEST(ExecutorNextUse, ReactiveStepsAndPlannedStepsWithoutNextUsesEvictTheLeastRe
   }
 }
 
-// Over the budget at operator 1 of `ops` operators, with the tensors `resident` (in that use
+// Over the budget at operator 1, with the tensors `resident` (in that use
 // order, the first least recently used) idle; returns which of them went.
 std::vector<TensorId> evicted_at_operator_1(const trace::Trace& trace,
                                             const std::vector<TensorId>& resident) {
@@ -103,22 +108,8 @@ std::vector<TensorId> evicted_at_operator_1(const trace::Trace& trace,
   return gone;
 }
 
-trace::Trace uses_of(std::vector<std::pair<TensorId, std::vector<OpIndex>>> tensors, bool persistent) {
-  trace::Trace t;
-  t.ops.resize(8, trace::Operator{"aten::op", 1e-3});
-  for (auto& [id, uses] : tensors) {
-    trace::Tensor one;
-    one.id = id;
-    one.bytes = kBytes;
-    one.persistent = persistent;
-    one.uses = std::move(uses);
-    t.tensors.push_back(std::move(one));
-  }
-  return t;
-}
-
 TEST(ExecutorNextUse, AmongEquallyDistantNextUsesTheLeastRecentlyUsedGoes) {
-  const trace::Trace t = uses_of({{1, {0, 5}}, {2, {0, 5}}}, true);
+  const trace::Trace t = trace_of({tensor(1, {0, 5}, true), tensor(2, {0, 5}, true)}, 8);
   EXPECT_EQ(evicted_at_operator_1(t, {1, 2}), std::vector<TensorId>{1});
   EXPECT_EQ(evicted_at_operator_1(t, {2, 1}), std::vector<TensorId>{2});
 }
@@ -126,12 +117,11 @@ TEST(ExecutorNextUse, AmongEquallyDistantNextUsesTheLeastRecentlyUsedGoes) {
 TEST(ExecutorNextUse, AStepLocalTensorUsedNoMoreGoesLastAndAnUnknownOneFirst) {
   // Tensor 1 is step-local and past its last use (the program still holds it); tensor 2 is
   // persistent, used next in the next step. The held one stays: the program frees it soon.
-  trace::Trace t = uses_of({{1, {0}}}, false);
-  t.tensors.push_back(uses_of({{2, {0}}}, true).tensors.front());
+  const trace::Trace t = trace_of({tensor(1, {0}, false), tensor(2, {0}, true)}, 8);
   EXPECT_EQ(evicted_at_operator_1(t, {2, 1}), std::vector<TensorId>{2});
   // Tensor 9 is not in the trace (the profiled step never used it); tensor 3 is used at 4 and was
   // used before it. The unknown one goes.
-  const trace::Trace known = uses_of({{3, {0, 4}}}, false);
+  const trace::Trace known = trace_of({tensor(3, {0, 4}, false)}, 8);
   EXPECT_EQ(evicted_at_operator_1(known, {3, 9}), std::vector<TensorId>{9});
 }
 
