@@ -48,6 +48,12 @@ void bind_core(py::module_& m) {
   m.def("format_bytes", &format_bytes, py::arg("bytes"));
   m.def("format_bandwidth", &format_bandwidth, py::arg("bytes_per_second"));
 
+  // Strong references to a tensor's storage, for the tests of the invariant that TeraIO holds
+  // none: PyTorch decides some things by that count (in-place gradient accumulation).
+  m.def(
+      "_storage_references", [](const at::Tensor& tensor) { return tensor.storage().use_count(); },
+      py::arg("tensor"));
+
   py::dict build;
   build["torch"] = TORCH_VERSION;
 #ifdef TERAIO_TORCH_CUDA

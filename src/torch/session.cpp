@@ -182,7 +182,7 @@ void Session::begin_step() {
 
 void Session::remove_dead() {
   for (const TensorId id : table_.sweep_dead()) executor_->remove_tensor(id);
-  memory_->unpin_settled(*executor_);
+  memory_->hand_back_settled(*executor_);
 }
 
 StepRecord Session::end_step() {
@@ -387,7 +387,7 @@ void Session::bring_everything_back() {
   executor_->drain();
   remove_dead();
   executor_->fetch(tracked_ids({}));
-  memory_->unpin_settled(*executor_);
+  memory_->hand_back_settled(*executor_);
 }
 
 void Session::stop_with_everything_back() {

@@ -61,7 +61,7 @@ void Session::untrack(c10::StorageImpl* impl, TensorId id, const std::vector<Ten
     executor_->fetch(one, in_use);
     executor_->remove_tensor(id);
   }
-  memory_->unpin_settled(*executor_);
+  memory_->hand_back_settled(*executor_);
   table_.erase(impl);
 }
 
@@ -208,8 +208,8 @@ std::exception_ptr Session::explain_failure(const Error& error, const OpState& o
 void Session::run_before_op(OpState& op) {
   try {
     // Freed storages are swept at the step's end; the executor asks for liveness itself when
-    // memory is short. Only the strong references of settled transfers go per operator.
-    memory_->unpin_settled(*executor_);
+    // memory is short. Only the memory of settled transfers goes back per operator.
+    memory_->hand_back_settled(*executor_);
     executor_->before_op(op.k, op.used, expected_births(op.k));
     for (const TensorId id : op.used) {
       c10::StorageImpl* impl = table_.find_id(id);
@@ -324,7 +324,7 @@ void Session::finish_op(const at::RecordFunction& fn, OpState& op, int depth,
                                         static_cast<std::uint32_t>(step_index_)});
   }
   try {
-    memory_->unpin_settled(*executor_);
+    memory_->hand_back_settled(*executor_);
     executor_->after_op(op.k, op.used);
   } catch (...) {
     record_failure(std::current_exception(), {});

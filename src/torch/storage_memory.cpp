@@ -1,6 +1,7 @@
 #include "storage_memory.hpp"
 
 #include <cstring>
+#include <vector>
 
 #include "teraio/core/error.hpp"
 #include "teraio/core/strings.hpp"
@@ -42,12 +43,27 @@ c10::StorageImpl* StorageMemory::storage(TensorId id) const {
   return impl;
 }
 
-void StorageMemory::pin(TensorId id, c10::StorageImpl* impl) {
-  if (pinned_.count(id) != 0) return;
-  TrackedStorage* entry = table_.find(impl);
-  auto strong = entry != nullptr ? entry->weak.lock() : c10::intrusive_ptr<c10::StorageImpl>();
-  if (!strong) throw Error(ErrorKind::kInternal, cat("tensor ", id, " was freed while being moved"));
-  pinned_.emplace(id, std::move(strong));
+void StorageMemory::hold(TensorId id) {
+  c10::StorageImpl* impl = storage(id);
+  if (const auto found = held_.find(id); found != held_.end()) {
+    if (impl->data_ptr().get() == found->second.get()) return;
+    // Memory of an earlier storage under this id, which the program freed: its transfers
+    // were awaited when the executor forgot it.
+    held_.erase(found);
+  }
+  c10::DataPtr owning = impl->set_data_ptr(c10::DataPtr(impl->data_ptr().get(), impl->device()));
+  held_.emplace(id, std::move(owning));
+}
+
+void StorageMemory::hand_back(TensorId id) {
+  const auto found = held_.find(id);
+  if (found == held_.end()) return;
+  c10::DataPtr owning = std::move(found->second);
+  held_.erase(found);
+  if (!table_.alive(id)) return;  // freed meanwhile: the memory goes back to the allocator with `owning`
+  c10::StorageImpl* impl = table_.find_id(id);
+  // A storage that no longer points at it (a new storage under the same id) keeps its own.
+  if (impl->data_ptr().get() == owning.get()) impl->set_data_ptr_noswap(std::move(owning));
 }
 
 void* StorageMemory::data(TensorId id) {
@@ -55,7 +71,7 @@ void* StorageMemory::data(TensorId id) {
 }
 
 void StorageMemory::before_copy_out(TensorId id) {
-  pin(id, storage(id));
+  hold(id);
 #ifdef TERAIO_TORCH_CUDA
   if (device_.is_cuda())
     copier_.wait_for_stream(c10::cuda::getCurrentCUDAStream(device_.index()).stream(),
@@ -64,9 +80,11 @@ void StorageMemory::before_copy_out(TensorId id) {
 }
 
 void StorageMemory::release(TensorId id) {
-  c10::StorageImpl* impl = storage(id);
-  impl->set_data_ptr_noswap(c10::DataPtr(nullptr, impl->device()));
-  pinned_.erase(id);
+  if (table_.alive(id)) {
+    c10::StorageImpl* impl = table_.find_id(id);
+    impl->set_data_ptr_noswap(c10::DataPtr(nullptr, impl->device()));
+  }
+  held_.erase(id);
 }
 
 void StorageMemory::release_after(TensorId id, io::CopyEvent& copied_out) {
@@ -77,20 +95,24 @@ void StorageMemory::release_after(TensorId id, io::CopyEvent& copied_out) {
 }
 
 void StorageMemory::use_after(TensorId id, io::CopyEvent& copied_in) {
-  static_cast<void>(id);
+  // Handed back after the wait is queued, for the same reason as in release_after.
   clock_->block(copied_in);
+  hand_back(id);
 }
 
 void* StorageMemory::reallocate(TensorId id) {
   c10::StorageImpl* impl = storage(id);
-  pin(id, impl);
+  c10::DataPtr fresh;
   try {
-    impl->set_data_ptr_noswap(allocate_on(impl, device_));
+    fresh = allocate_on(impl, device_);
   } catch (const c10::OutOfMemoryError& error) {
     // Said in TeraIO's terms so that the executor can make room and retry.
     throw Error(ErrorKind::kOutOfMemory, cat("cannot allocate ", impl->nbytes(), " bytes on ", device_.str(),
                                              " for tensor ", id, ": ", error.what_without_backtrace()));
   }
+  void* start = fresh.get();
+  impl->set_data_ptr_noswap(c10::DataPtr(start, impl->device()));
+  held_.insert_or_assign(id, std::move(fresh));
 #ifdef TERAIO_TORCH_CUDA
   // The caching allocator hands out blocks whose last users may still be queued on the
   // compute stream; the copy in runs on the engine's stream, so it must wait for them.
@@ -98,7 +120,7 @@ void* StorageMemory::reallocate(TensorId id) {
     copier_.wait_for_stream(c10::cuda::getCurrentCUDAStream(device_.index()).stream(),
                             io::CopyDirection::kToDevice);
 #endif
-  return impl->data_ptr().get();
+  return start;
 }
 
 void StorageMemory::trim() {
@@ -109,13 +131,15 @@ void StorageMemory::trim() {
 #endif
 }
 
-void StorageMemory::unpin_settled(const runtime::Executor& executor) {
-  for (auto it = pinned_.begin(); it != pinned_.end();) {
-    const bool settled =
-        !executor.contains(it->first) || (executor.location(it->first) != runtime::Location::kOffloading &&
-                                          executor.location(it->first) != runtime::Location::kFetching);
-    it = settled ? pinned_.erase(it) : std::next(it);
+void StorageMemory::hand_back_settled(const runtime::Executor& executor) {
+  std::vector<TensorId> settled;
+  for (const auto& [id, owning] : held_) {
+    const bool in_flight =
+        executor.contains(id) && (executor.location(id) == runtime::Location::kOffloading ||
+                                  executor.location(id) == runtime::Location::kFetching);
+    if (!in_flight) settled.push_back(id);
   }
+  for (const TensorId id : settled) hand_back(id);
 }
 
 void StorageMemory::give_scratch(c10::StorageImpl* impl) {

@@ -4,9 +4,15 @@
 // the memory back to PyTorch's allocator only after the copy out has completed; moving it in
 // allocates through the storage's own allocator (CUDA: the caching allocator, on the compute
 // stream) and installs the new pointer. Where the executor hands a wait to the device, the
-// compute stream waits for the copy's event before the block is reused or the tensor is read. A storage with
-// a transfer in flight is held by a strong reference, so the program cannot free memory a copy is still
-// reading or writing.
+// compute stream waits for the copy's event before the block is reused or the tensor is read.
+//
+// While a transfer is in flight the memory belongs to the transfer, not to the storage: the
+// storage points at it through a non-owning alias, and this class holds the owning pointer
+// until the transfer settles. So the program can free the storage mid-copy without freeing
+// memory a copy still reads or writes, and TeraIO never holds a strong reference to a storage.
+// A strong reference would change what PyTorch does: the autograd engine accumulates a
+// gradient in place only when it holds the storage's last reference, so a reference held by a
+// transfer turns an aten::add_ into an aten::add, and the step no longer matches its profile.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -36,21 +42,26 @@ class StorageMemory final : public runtime::TensorMemory {
   // Seconds the compute stream waited for copies since the last call (once per step).
   double collect_device_stall() { return clock_->collect(); }
 
-  // Drops the strong references of storages whose transfers have settled.
-  void unpin_settled(const runtime::Executor& executor);
+  // Gives the memory of settled transfers back to their storages (or back to the allocator,
+  // where the program freed the storage meanwhile).
+  void hand_back_settled(const runtime::Executor& executor);
   // A storage whose fetch failed gets zeroed scratch memory of its size, so that the operator
   // about to run cannot dereference an empty pointer; its bytes stay valid in the tier.
   void give_scratch(c10::StorageImpl* impl);
 
  private:
   c10::StorageImpl* storage(TensorId id) const;
-  void pin(TensorId id, c10::StorageImpl* impl);
+  // Takes the storage's memory into held_ and leaves an alias to it in the storage.
+  void hold(TensorId id);
+  // The memory held for `id` goes back to its storage if the storage is alive, else is freed.
+  void hand_back(TensorId id);
 
   StorageTable& table_;
   io::DeviceCopier& copier_;
   c10::Device device_;
   std::unique_ptr<DeviceWaitClock> clock_;
-  std::unordered_map<TensorId, c10::intrusive_ptr<c10::StorageImpl>> pinned_;
+  // Owning pointers of the memory of transfers in flight, by tensor.
+  std::unordered_map<TensorId, c10::DataPtr> held_;
 };
 
 }  // namespace teraio::torch_binding
