@@ -54,6 +54,8 @@ import torch  # noqa: E402
 
 if importlib.util.find_spec("teraio") is None:
     sys.path.append(str(pathlib.Path(__file__).resolve().parents[1] / "python"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import gpu_profile  # noqa: E402  (bench/gpu_profile.py)
 
 SCRIPT = pathlib.Path(__file__).resolve()
 GIB = 1 << 30
@@ -147,6 +149,10 @@ def parse_args(argv):
     p.add_argument("--release-tracking", choices=("on", "off"), default="off",
                    help="TeraIO modes: Session(record_releases=...): whether the profile records when each storage "
                         "is freed (default off: planned as freed at its last use)")
+    p.add_argument("--gpu-profile", action="store_true",
+                   help="after the measured steps, run one more step under torch.profiler (CUDA) and report "
+                        "where its GPU time went (bench/gpu_profile.py): kernels, idle time with and without "
+                        "copies running, the copies' bandwidth one way and both ways at once")
     p.add_argument("--save-trace", action="store_true",
                    help="TeraIO modes: save the profiled trace (binary) and the plan beside the timeline")
     p.add_argument("--recompute-tier", choices=("host", "ssd", "mixed"), default="host",
@@ -524,6 +530,9 @@ def train(args, workload, mode, device, result, stem):
             if session is not None:
                 record.update(session_fields(session.last_step))
             print_step(args, mode, record, tuned + warmup + args.steps)
+        if args.gpu_profile and device.type == "cuda":
+            result["gpu_profile"] = profile_one_step(session, one_step, note_loss, f"{stem}-{mode}")
+            print(f"[{mode}] gpu profile: {gpu_profile.describe(result['gpu_profile'])}", flush=True)
         if session is not None:
             result["teraio"] = teraio_summary(session, f"{stem}-{mode}", args.save_trace)
             # Closing brings every offloaded tensor back to the device, which a budget far below the
@@ -534,6 +543,25 @@ def train(args, workload, mode, device, result, stem):
                 result["close_error"] = f"{type(error).__name__}: {str(error)[:300]}"
                 print(f"[{mode}] session.close() failed after the measured steps: {result['close_error']}",
                       flush=True)
+
+
+def profile_one_step(session, one_step, note_loss, prefix):
+    """One more (unmeasured) step under torch.profiler; the summary of its GPU timeline."""
+    from torch.profiler import ProfilerActivity, profile
+    trace = f"{prefix}-gpu-trace.json"
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with session.step() if session is not None else contextlib.nullcontext():
+            record, loss = one_step(False)
+        torch.cuda.synchronize()
+    note_loss(record, loss)
+    if session is not None:
+        record.update(session_fields(session.last_step))
+    record["phase"] = "gpu-profile"
+    prof.export_chrome_trace(trace)
+    try:
+        return gpu_profile.summarize_trace(trace)
+    finally:
+        os.remove(trace)  # hundreds of MB for a W2 step: only the summary is kept
 
 
 def session_fields(native):

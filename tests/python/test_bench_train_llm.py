@@ -63,3 +63,34 @@ def test_llama_workload_without_transformers_says_why(tmp_path):
     done = run_bench("--workload", "W1", "--modes", "ideal", "--out", str(tmp_path))
     assert done.returncode == 2
     assert "needs transformers" in done.stderr
+
+
+def test_gpu_profile_splits_idle_compute_time_by_whether_a_copy_ran(tmp_path):
+    sys.path.insert(0, str(SCRIPT.parent))
+    import gpu_profile
+
+    def kernel(ts, dur, stream=7):
+        return {"cat": "kernel", "name": "k", "ts": ts, "dur": dur, "args": {"stream": stream}}
+
+    def copy(ts, dur, kind, nbytes):
+        return {"cat": "gpu_memcpy", "name": f"Memcpy {kind} (Device -> Pinned)", "ts": ts, "dur": dur,
+                "args": {"stream": 9, "bytes": nbytes}}
+
+    # Compute runs 0-100 and 300-400 and 1000-1100 us; a side stream's kernel does not count as
+    # compute. A d2h copy covers 100-250 (idle 100-300 is half with a copy), an h2d copy 200-600
+    # (so both run at once 200-250), and the idle 400-1000 has the h2d copy until 600.
+    events = [kernel(0, 100), kernel(300, 100), kernel(1000, 100), kernel(0, 50, stream=3),
+              copy(100, 150, "DtoH", 150_000), copy(200, 400, "HtoD", 800_000)]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    s = gpu_profile.summarize_trace(str(path))
+    assert s["compute_stream"] == 7
+    assert s["gpu_span_s"] == pytest.approx(1100e-6)
+    assert s["compute_busy_s"] == pytest.approx(300e-6)
+    assert s["compute_idle_s"] == pytest.approx(800e-6)
+    assert s["compute_idle_during_copies_s"] == pytest.approx((200 + 200) * 1e-6)
+    assert s["compute_idle_without_copies_s"] == pytest.approx(400e-6)
+    assert s["compute_gaps_over_100us"] == 2
+    assert s["both_directions_s"] == pytest.approx(50e-6)
+    assert s["d2h"]["busy_gbps"] == pytest.approx(1.0) and s["h2d"]["busy_gbps"] == pytest.approx(2.0)
+    assert "while copies ran" in gpu_profile.describe(s)
