@@ -211,6 +211,10 @@ void Session::run_before_op(OpState& op) {
     // memory is short. Only the memory of settled transfers goes back per operator.
     memory_->hand_back_settled(*executor_);
     executor_->before_op(op.k, op.used, expected_births(op.k));
+    // Fetches finished and offloads taken back give their memory back before the operator
+    // runs, so that it sees storages that own their memory (recordStream, for one, skips an
+    // alias).
+    memory_->hand_back_settled(*executor_);
     for (const TensorId id : op.used) {
       c10::StorageImpl* impl = table_.find_id(id);
       if (impl != nullptr && impl->data_ptr().get() == nullptr && impl->nbytes() > 0) {
@@ -246,6 +250,7 @@ void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, 
     try {
       remove_dead();
       executor_->fetch(ids);
+      memory_->hand_back_settled(*executor_);
     } catch (...) {
       record_failure(std::current_exception(), ids);
     }

@@ -34,25 +34,43 @@ c10::DataPtr allocate_on(c10::StorageImpl* impl, c10::Device device) {
 StorageMemory::StorageMemory(StorageTable& table, io::DeviceCopier& copier, c10::Device device)
     : table_(table), copier_(copier), device_(device), clock_(make_device_wait_clock(device)) {}
 
-c10::StorageImpl* StorageMemory::storage(TensorId id) const {
+c10::intrusive_ptr<c10::StorageImpl> StorageMemory::live(TensorId id) const {
   // A freed storage must never be touched again: reviving it would free it twice.
-  c10::StorageImpl* impl = table_.find_id(id);
-  if (impl == nullptr || !table_.alive(id)) {
+  c10::intrusive_ptr<c10::StorageImpl> impl = lock(id);
+  if (!impl)
     throw Error(ErrorKind::kInternal, cat("tensor ", id, " was freed but is still known to the executor"));
-  }
   return impl;
 }
 
+StorageMemory::~StorageMemory() {
+  // After the executor (declared after this) has drained: a session that could not bring
+  // everything back must not free memory that storages the program holds still point at.
+  std::vector<TensorId> ids;
+  for (const auto& [id, owning] : held_) ids.push_back(id);
+  for (const TensorId id : ids) hand_back(id);
+}
+
+c10::intrusive_ptr<c10::StorageImpl> StorageMemory::lock(TensorId id) const {
+  // A strong reference for the length of one call: another thread may drop the program's
+  // last one meanwhile (the autograd engine runs operators on its own threads).
+  c10::StorageImpl* impl = table_.find_id(id);
+  TrackedStorage* entry = impl != nullptr ? table_.find(impl) : nullptr;
+  return entry != nullptr ? entry->weak.lock() : c10::intrusive_ptr<c10::StorageImpl>();
+}
+
 void StorageMemory::hold(TensorId id) {
-  c10::StorageImpl* impl = storage(id);
+  const c10::intrusive_ptr<c10::StorageImpl> impl = live(id);
   if (const auto found = held_.find(id); found != held_.end()) {
     if (impl->data_ptr().get() == found->second.get()) return;
     // Memory of an earlier storage under this id, which the program freed: its transfers
     // were awaited when the executor forgot it.
     held_.erase(found);
   }
-  c10::DataPtr owning = impl->set_data_ptr(c10::DataPtr(impl->data_ptr().get(), impl->device()));
-  held_.emplace(id, std::move(owning));
+  c10::DataPtr& slot = held_[id];
+  // Taken out first: on PyTorch 2 that materializes a copy-on-write buffer, so the alias
+  // points at memory this storage alone owns.
+  slot = impl->set_data_ptr(c10::DataPtr(nullptr, impl->device()));
+  impl->set_data_ptr_noswap(c10::DataPtr(slot.get(), impl->device()));
 }
 
 void StorageMemory::hand_back(TensorId id) {
@@ -60,14 +78,14 @@ void StorageMemory::hand_back(TensorId id) {
   if (found == held_.end()) return;
   c10::DataPtr owning = std::move(found->second);
   held_.erase(found);
-  if (!table_.alive(id)) return;  // freed meanwhile: the memory goes back to the allocator with `owning`
-  c10::StorageImpl* impl = table_.find_id(id);
+  const c10::intrusive_ptr<c10::StorageImpl> impl = lock(id);
+  if (!impl) return;  // freed meanwhile: the memory goes back to the allocator with `owning`
   // A storage that no longer points at it (a new storage under the same id) keeps its own.
   if (impl->data_ptr().get() == owning.get()) impl->set_data_ptr_noswap(std::move(owning));
 }
 
 void* StorageMemory::data(TensorId id) {
-  return storage(id)->data_ptr().get();
+  return live(id)->data_ptr().get();
 }
 
 void StorageMemory::before_copy_out(TensorId id) {
@@ -80,10 +98,8 @@ void StorageMemory::before_copy_out(TensorId id) {
 }
 
 void StorageMemory::release(TensorId id) {
-  if (table_.alive(id)) {
-    c10::StorageImpl* impl = table_.find_id(id);
+  if (const c10::intrusive_ptr<c10::StorageImpl> impl = lock(id))
     impl->set_data_ptr_noswap(c10::DataPtr(nullptr, impl->device()));
-  }
   held_.erase(id);
 }
 
@@ -101,18 +117,18 @@ void StorageMemory::use_after(TensorId id, io::CopyEvent& copied_in) {
 }
 
 void* StorageMemory::reallocate(TensorId id) {
-  c10::StorageImpl* impl = storage(id);
+  const c10::intrusive_ptr<c10::StorageImpl> impl = live(id);
   c10::DataPtr fresh;
   try {
-    fresh = allocate_on(impl, device_);
+    fresh = allocate_on(impl.get(), device_);
   } catch (const c10::OutOfMemoryError& error) {
     // Said in TeraIO's terms so that the executor can make room and retry.
     throw Error(ErrorKind::kOutOfMemory, cat("cannot allocate ", impl->nbytes(), " bytes on ", device_.str(),
                                              " for tensor ", id, ": ", error.what_without_backtrace()));
   }
   void* start = fresh.get();
-  impl->set_data_ptr_noswap(c10::DataPtr(start, impl->device()));
   held_.insert_or_assign(id, std::move(fresh));
+  impl->set_data_ptr_noswap(c10::DataPtr(start, impl->device()));
 #ifdef TERAIO_TORCH_CUDA
   // The caching allocator hands out blocks whose last users may still be queued on the
   // compute stream; the copy in runs on the engine's stream, so it must wait for them.

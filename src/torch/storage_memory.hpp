@@ -29,6 +29,9 @@ namespace teraio::torch_binding {
 class StorageMemory final : public runtime::TensorMemory {
  public:
   StorageMemory(StorageTable& table, io::DeviceCopier& copier, c10::Device device);
+  ~StorageMemory() override;
+  StorageMemory(const StorageMemory&) = delete;
+  StorageMemory& operator=(const StorageMemory&) = delete;
 
   bool alive(TensorId id) override { return table_.alive(id); }
   void* data(TensorId id) override;
@@ -50,7 +53,9 @@ class StorageMemory final : public runtime::TensorMemory {
   void give_scratch(c10::StorageImpl* impl);
 
  private:
-  c10::StorageImpl* storage(TensorId id) const;
+  // A strong reference for the length of one call (null once freed); live() throws instead.
+  c10::intrusive_ptr<c10::StorageImpl> lock(TensorId id) const;
+  c10::intrusive_ptr<c10::StorageImpl> live(TensorId id) const;
   // Takes the storage's memory into held_ and leaves an alias to it in the storage.
   void hold(TensorId id);
   // The memory held for `id` goes back to its storage if the storage is alive, else is freed.
