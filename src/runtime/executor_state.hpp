@@ -153,6 +153,9 @@ struct Executor::State {
   // throw: the caller looks at the outcome.
   void await(const io::Transfer& transfer, OpIndex op, StallCause cause);
   void await(Entry& e, OpIndex op, StallCause cause) { await(e.transfer, op, cause); }
+  // Waits out the entry's transfer, whose result nobody needs any more, and closes it; what
+  // went wrong, if it failed.
+  std::optional<std::string> wait_out(TensorId id, Entry& e, OpIndex op, StallCause cause);
 
   // Hands the entry's transfer over to the device (its device_side() must be set): the memory
   // of an offload is released behind its copy, a prefetched tensor may be used behind its copy.

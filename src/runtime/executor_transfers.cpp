@@ -96,6 +96,17 @@ void Executor::State::settle_on_device(TensorId id, Entry& e) {
   settling.push_back(std::move(settled));
 }
 
+std::optional<std::string> Executor::State::wait_out(TensorId id, Entry& e, OpIndex op, StallCause cause) {
+  await(e, op, cause);
+  const io::Transfer transfer = close_transfer(id, e);
+  try {
+    transfer.wait();
+  } catch (const Error& error) {
+    return std::string(error.what());
+  }
+  return std::nullopt;
+}
+
 void Executor::State::complete(TensorId id, Entry& e, OpIndex op) {
   if (settles_on_device(e)) {
     settle_on_device(id, e);
@@ -180,12 +191,8 @@ void Executor::State::take_back(TensorId id, Entry& e, OpIndex op) {
     ++stats.cancelled_offloads;
     return;
   }
-  await(e, op, StallCause::kTakeBack);
-  const io::Transfer transfer = close_transfer(id, e);
-  try {
-    transfer.wait();
-  } catch (const Error& error) {
-    log::warn("offload of tensor ", id, " failed while it was taken back: ", error.what());
+  if (const auto failure = wait_out(id, e, op, StallCause::kTakeBack)) {
+    log::warn("offload of tensor ", id, " failed while it was taken back: ", *failure);
   }
   const io::Extent extent = *e.extent;
   e.extent.reset();
@@ -240,12 +247,8 @@ void Executor::State::forget(std::unordered_map<TensorId, Entry>::iterator found
     if (!s.release && e.extent) s.release = std::exchange(e.extent, std::nullopt);
   }
   if (e.transfer.valid()) {
-    await(e, current_op, StallCause::kForget);
-    const io::Transfer transfer = close_transfer(id, e);
-    try {
-      transfer.wait();
-    } catch (const Error& error) {
-      log::debug("transfer of freed tensor ", id, " failed: ", error.what());
+    if (const auto failure = wait_out(id, e, current_op, StallCause::kForget)) {
+      log::debug("transfer of freed tensor ", id, " failed: ", *failure);
     }
   }
   if (e.extent) store.release(*e.extent);

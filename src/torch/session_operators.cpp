@@ -208,12 +208,10 @@ std::exception_ptr Session::explain_failure(const Error& error, const OpState& o
 void Session::run_before_op(OpState& op) {
   try {
     // Freed storages are swept at the step's end; the executor asks for liveness itself when
-    // memory is short. Only the memory of settled transfers goes back per operator.
-    memory_->hand_back_settled(*executor_);
+    // memory is short. Only the memory of settled transfers goes back per operator, after the
+    // executor's work, so that the operator sees storages that own their memory
+    // (recordStream, for one, skips an alias).
     executor_->before_op(op.k, op.used, expected_births(op.k));
-    // Fetches finished and offloads taken back give their memory back before the operator
-    // runs, so that it sees storages that own their memory (recordStream, for one, skips an
-    // alias).
     memory_->hand_back_settled(*executor_);
     for (const TensorId id : op.used) {
       c10::StorageImpl* impl = table_.find_id(id);

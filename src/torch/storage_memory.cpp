@@ -36,7 +36,9 @@ StorageMemory::StorageMemory(StorageTable& table, io::DeviceCopier& copier, c10:
 
 c10::intrusive_ptr<c10::StorageImpl> StorageMemory::live(TensorId id) const {
   // A freed storage must never be touched again: reviving it would free it twice.
-  c10::intrusive_ptr<c10::StorageImpl> impl = lock(id);
+  // A strong reference for the length of one call: another thread may drop the program's
+  // last one meanwhile (the autograd engine runs operators on its own threads).
+  c10::intrusive_ptr<c10::StorageImpl> impl = table_.lock(id);
   if (!impl)
     throw Error(ErrorKind::kInternal, cat("tensor ", id, " was freed but is still known to the executor"));
   return impl;
@@ -48,14 +50,6 @@ StorageMemory::~StorageMemory() {
   std::vector<TensorId> ids;
   for (const auto& [id, owning] : held_) ids.push_back(id);
   for (const TensorId id : ids) hand_back(id);
-}
-
-c10::intrusive_ptr<c10::StorageImpl> StorageMemory::lock(TensorId id) const {
-  // A strong reference for the length of one call: another thread may drop the program's
-  // last one meanwhile (the autograd engine runs operators on its own threads).
-  c10::StorageImpl* impl = table_.find_id(id);
-  TrackedStorage* entry = impl != nullptr ? table_.find(impl) : nullptr;
-  return entry != nullptr ? entry->weak.lock() : c10::intrusive_ptr<c10::StorageImpl>();
 }
 
 void StorageMemory::hold(TensorId id) {
@@ -78,7 +72,7 @@ void StorageMemory::hand_back(TensorId id) {
   if (found == held_.end()) return;
   c10::DataPtr owning = std::move(found->second);
   held_.erase(found);
-  const c10::intrusive_ptr<c10::StorageImpl> impl = lock(id);
+  const c10::intrusive_ptr<c10::StorageImpl> impl = table_.lock(id);
   if (!impl) return;  // freed meanwhile: the memory goes back to the allocator with `owning`
   // A storage that no longer points at it (a new storage under the same id) keeps its own.
   if (impl->data_ptr().get() == owning.get()) impl->set_data_ptr_noswap(std::move(owning));
@@ -98,7 +92,7 @@ void StorageMemory::before_copy_out(TensorId id) {
 }
 
 void StorageMemory::release(TensorId id) {
-  if (const c10::intrusive_ptr<c10::StorageImpl> impl = lock(id))
+  if (const c10::intrusive_ptr<c10::StorageImpl> impl = table_.lock(id))
     impl->set_data_ptr_noswap(c10::DataPtr(nullptr, impl->device()));
   held_.erase(id);
 }

@@ -53,8 +53,7 @@ class StorageMemory final : public runtime::TensorMemory {
   void give_scratch(c10::StorageImpl* impl);
 
  private:
-  // A strong reference for the length of one call (null once freed); live() throws instead.
-  c10::intrusive_ptr<c10::StorageImpl> lock(TensorId id) const;
+  // A strong reference for the length of one call; throws once the storage is freed.
   c10::intrusive_ptr<c10::StorageImpl> live(TensorId id) const;
   // Takes the storage's memory into held_ and leaves an alias to it in the storage.
   void hold(TensorId id);

@@ -51,6 +51,12 @@ std::vector<TensorId> StorageTable::sweep_dead() {
   return dead;
 }
 
+c10::intrusive_ptr<c10::StorageImpl> StorageTable::lock(TensorId id) const {
+  const auto it = by_id_.find(id);
+  if (it == by_id_.end()) return {};
+  return by_impl_.at(it->second).weak.lock();
+}
+
 bool StorageTable::alive(TensorId id) const {
   const auto it = by_id_.find(id);
   if (it == by_id_.end()) return false;

@@ -54,6 +54,8 @@ class StorageTable {
   // Forgets every dead storage and returns their ids.
   std::vector<TensorId> sweep_dead();
   bool alive(TensorId id) const;
+  // A strong reference to the storage under `id`, null once it is freed.
+  c10::intrusive_ptr<c10::StorageImpl> lock(TensorId id) const;
   std::size_t size() const { return by_impl_.size(); }
   template <typename F>
   void for_each(F&& f) {
