@@ -6,9 +6,17 @@ running meanwhile (waiting for TeraIO's transfers) or not (waiting for the host:
 the autograd engine, TeraIO's callbacks), and what bandwidth the copies reached, one way and
 both ways at once. The simulator assumes each direction runs at the probed bandwidth
 independently; this measures what they did.
+
+Each long idle gap of the compute stream is split at the moment the host launched the kernel
+that ends it (CUPTI's correlation id links the two): before the launch the GPU waited for the
+host ("host late"), after it the queued kernel waited on the device, for an event of a
+transfer ("device wait"). For the host-late part, the CUDA runtime calls that the launching
+thread sat in meanwhile are summed by name: a cudaEventSynchronize or a cudaMalloc there says
+what held the host up.
 """
 from __future__ import annotations
 
+import bisect
 import json
 
 
@@ -37,11 +45,48 @@ def _overlap(a, b):
     return total
 
 
+def _split_gaps(gaps, enders, runtime):
+    """Host-late and device-wait time of the gaps (us), and the host-late time by runtime call.
+
+    gaps: [start, end] idle intervals; enders: the kernel event that ends each gap; runtime:
+    the trace's cuda_runtime events, from which each kernel's launch is found by correlation."""
+    launches = {e["args"].get("correlation"): e for e in runtime if "correlation" in e.get("args", {})}
+    by_thread = {}
+    for e in runtime:
+        by_thread.setdefault(e.get("tid"), []).append((e["ts"], e["ts"] + e.get("dur", 0), e["name"]))
+    for calls in by_thread.values():
+        calls.sort()
+    starts = {tid: [c[0] for c in calls] for tid, calls in by_thread.items()}
+    host_late = device_wait = unmatched = 0.0
+    held_by = {}
+    for (g0, g1), ender in zip(gaps, enders):
+        launch = launches.get(ender["args"].get("correlation"))
+        if launch is None:
+            unmatched += g1 - g0
+            continue
+        late_end = min(max(launch["ts"], g0), g1)
+        host_late += late_end - g0
+        device_wait += g1 - late_end
+        calls, keys = by_thread[launch.get("tid")], starts[launch.get("tid")]
+        # One thread's runtime calls do not overlap: only the last one begun before the gap
+        # can reach into it.
+        i = max(0, bisect.bisect_left(keys, g0) - 1)
+        while i < len(calls) and calls[i][0] < late_end:
+            a, b, name = calls[i]
+            shared = min(b, late_end) - max(a, g0)
+            if shared > 0:
+                held_by[name] = held_by.get(name, 0.0) + shared
+            i += 1
+    return host_late, device_wait, unmatched, held_by
+
+
 def summarize_trace(path):
     """Summary of a Chrome trace exported by torch.profiler (times in seconds, rates in GB/s)."""
     with open(path) as f:
         events = json.load(f)["traceEvents"]
     kernels = [e for e in events if e.get("cat") == "kernel" and "dur" in e]
+    # Kernels are launched through the runtime (cudaLaunchKernel) or the driver (cuLaunchKernel).
+    runtime = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver") and "ts" in e]
     copies = [e for e in events if e.get("cat") == "gpu_memcpy" and "dur" in e]
     if not kernels:
         return {"error": "the trace has no kernels (CUPTI unavailable?)"}
@@ -55,6 +100,10 @@ def summarize_trace(path):
     idle = [[a[1], b[0]] for a, b in zip(busy_merged, busy_merged[1:]) if b[0] > a[1]]
     # Launch gaps of a few microseconds between kernels are normal; longer ones are waits.
     long_idle = [iv for iv in idle if iv[1] - iv[0] >= 100]
+    first_at = {}  # the compute kernel starting at a time: each gap ends at one
+    for e in kernels:
+        if e["args"].get("stream") == compute:
+            first_at.setdefault(e["ts"], e)
     summary = {"gpu_span_s": (end - start) / 1e6, "compute_stream": compute, "compute_busy_s": busy / 1e6,
                "compute_idle_s": ((end - start) - busy) / 1e6, "kernels": len(kernels)}
     directions = {}
@@ -77,7 +126,19 @@ def summarize_trace(path):
     summary["compute_gaps_over_100us"] = len(long_idle)
     summary["compute_gaps_over_100us_s"] = sum(b - a for a, b in long_idle) / 1e6
     summary["compute_gaps_over_100us_during_copies_s"] = _overlap(long_idle, any_merged) / 1e6
+    late, wait, unmatched, held_by = _split_gaps(long_idle, [first_at[g1] for _, g1 in long_idle], runtime)
+    summary["gaps_host_late_s"] = late / 1e6
+    summary["gaps_device_wait_s"] = wait / 1e6
+    summary["gaps_unattributed_s"] = unmatched / 1e6
+    top = sorted(held_by.items(), key=lambda kv: -kv[1])[:8]
+    summary["gaps_host_late_in_runtime_calls_s"] = {name: t / 1e6 for name, t in top}
     return summary
+
+
+def held(summary):
+    calls = summary.get("gaps_host_late_in_runtime_calls_s") or {}
+    shown = ", ".join(f"{name} {t:.3f} s" for name, t in list(calls.items())[:4])
+    return f" (host in {shown})" if shown else ""
 
 
 def describe(summary):
@@ -88,6 +149,8 @@ def describe(summary):
             f"{summary['compute_idle_s']:.3f} s ({summary['compute_idle_during_copies_s']:.3f} s while copies ran, "
             f"{summary['compute_idle_without_copies_s']:.3f} s with none; gaps over 100 us: "
             f"{summary['compute_gaps_over_100us']}, {summary['compute_gaps_over_100us_s']:.3f} s, "
-            f"{summary['compute_gaps_over_100us_during_copies_s']:.3f} s of it while copies ran); d2h {summary['d2h']['bytes'] / 2**30:.1f} "
+            f"{summary['compute_gaps_over_100us_during_copies_s']:.3f} s of it while copies ran: "
+            f"{summary.get('gaps_host_late_s', 0):.3f} s host late, {summary.get('gaps_device_wait_s', 0):.3f} s "
+            f"device wait{held(summary)}); d2h {summary['d2h']['bytes'] / 2**30:.1f} "
             f"GiB busy {summary['d2h']['busy_s']:.3f} s at {rate('d2h')}, h2d {summary['h2d']['bytes'] / 2**30:.1f} GiB "
             f"busy {summary['h2d']['busy_s']:.3f} s at {rate('h2d')}, both at once {summary['both_directions_s']:.3f} s")

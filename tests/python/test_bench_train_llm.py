@@ -69,8 +69,13 @@ def test_gpu_profile_splits_idle_compute_time_by_whether_a_copy_ran(tmp_path):
     sys.path.insert(0, str(SCRIPT.parent))
     import gpu_profile
 
-    def kernel(ts, dur, stream=7):
-        return {"cat": "kernel", "name": "k", "ts": ts, "dur": dur, "args": {"stream": stream}}
+    def kernel(ts, dur, stream=7, correlation=0):
+        return {"cat": "kernel", "name": "k", "ts": ts, "dur": dur,
+                "args": {"stream": stream, "correlation": correlation}}
+
+    def runtime(name, ts, dur, tid, correlation=None):
+        args = {} if correlation is None else {"correlation": correlation}
+        return {"cat": "cuda_runtime", "name": name, "ts": ts, "dur": dur, "tid": tid, "args": args}
 
     def copy(ts, dur, kind, nbytes):
         return {"cat": "gpu_memcpy", "name": f"Memcpy {kind} (Device -> Pinned)", "ts": ts, "dur": dur,
@@ -79,8 +84,14 @@ def test_gpu_profile_splits_idle_compute_time_by_whether_a_copy_ran(tmp_path):
     # Compute runs 0-100 and 300-400 and 1000-1100 us; a side stream's kernel does not count as
     # compute. A d2h copy covers 100-250 (idle 100-300 is half with a copy), an h2d copy 200-600
     # (so both run at once 200-250), and the idle 400-1000 has the h2d copy until 600.
-    events = [kernel(0, 100), kernel(300, 100), kernel(1000, 100), kernel(0, 50, stream=3),
-              copy(100, 150, "DtoH", 150_000), copy(200, 400, "HtoD", 800_000)]
+    # The kernel ending the gap 100-300 was launched at 50, before it: the whole gap is a device
+    # wait. The one ending the gap 400-1000 was launched at 900 by thread 1, which sat in
+    # cudaEventSynchronize from 350 to 880: 500 us host late (480 of them in that call), 100 us
+    # device wait. Thread 2's cudaMalloc did not hold up the launch.
+    events = [kernel(0, 100), kernel(300, 100, correlation=2), kernel(1000, 100, correlation=3),
+              kernel(0, 50, stream=3), copy(100, 150, "DtoH", 150_000), copy(200, 400, "HtoD", 800_000),
+              runtime("cudaLaunchKernel", 50, 5, 1, correlation=2), runtime("cudaEventSynchronize", 350, 530, 1),
+              runtime("cudaLaunchKernel", 900, 5, 1, correlation=3), runtime("cudaMalloc", 400, 500, 2)]
     path = tmp_path / "trace.json"
     path.write_text(json.dumps({"traceEvents": events}))
     s = gpu_profile.summarize_trace(str(path))
@@ -93,4 +104,8 @@ def test_gpu_profile_splits_idle_compute_time_by_whether_a_copy_ran(tmp_path):
     assert s["compute_gaps_over_100us"] == 2
     assert s["both_directions_s"] == pytest.approx(50e-6)
     assert s["d2h"]["busy_gbps"] == pytest.approx(1.0) and s["h2d"]["busy_gbps"] == pytest.approx(2.0)
+    assert s["gaps_host_late_s"] == pytest.approx(500e-6)
+    assert s["gaps_device_wait_s"] == pytest.approx(300e-6)
+    assert s["gaps_host_late_in_runtime_calls_s"] == {"cudaEventSynchronize": pytest.approx(480e-6)}
     assert "while copies ran" in gpu_profile.describe(s)
+    assert "host in cudaEventSynchronize 0.000 s" in gpu_profile.describe(s)
