@@ -149,6 +149,9 @@ def parse_args(argv):
     p.add_argument("--release-tracking", choices=("on", "off"), default="off",
                    help="TeraIO modes: Session(record_releases=...): whether the profile records when each storage "
                         "is freed (default off: planned as freed at its last use)")
+    p.add_argument("--copy-order", choices=("deadline", "issue"), default="deadline",
+                   help="TeraIO modes: Session(copy_order=...): the CUDA copier runs each direction's copies by the "
+                        "plan's deadlines (default) or as issued")
     p.add_argument("--gpu-profile", action="store_true",
                    help="after the measured steps, run one more step under torch.profiler (CUDA) and report "
                         "where its GPU time went (bench/gpu_profile.py): kernels, idle time with and without "
@@ -428,7 +431,8 @@ def open_session(args, mode, device):
         os.makedirs(path, exist_ok=True)
     return teraio.Session(gpu_budget=teraio_gpu_budget(args), host_budget=host, ssd=ssd,
                           ssd_capacity=args.ssd_capacity, warmup_steps=1, profile_steps=args.profile_steps,
-                          device=device, record_releases=args.release_tracking == "on")
+                          device=device, record_releases=args.release_tracking == "on",
+                          copy_order=args.copy_order)
 
 
 def configure_numerics(args, workload):

@@ -168,6 +168,7 @@ class Session:
         _fault_injection=False,
         _enqueue_host_copies=None,
         record_releases=False,
+        copy_order="deadline",
     ):
         if isinstance(ssd, (str, os.PathLike)):
             ssd = [ssd]
@@ -190,6 +191,7 @@ class Session:
             "fault_injection": bool(_fault_injection),
             "enqueue_host_copies": _enqueue_host_copies,
             "record_releases": bool(record_releases),
+            "copy_order": str(copy_order),
         }
         for key, value in (bandwidths or {}).items():
             if key not in ("d2h", "h2d", "ssd_read", "ssd_write"):

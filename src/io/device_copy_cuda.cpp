@@ -1,11 +1,14 @@
 // The CUDA implementation of DeviceCopier: one non-blocking stream per direction, so that an
 // offload (device -> host) never queues behind a prefetch (host -> device) and both use the
-// two copy engines at once; one pooled event per copy marks its completion.
+// two copy engines at once. In issue order each copy goes straight onto its stream and one
+// pooled event marks its completion; in deadline order each direction is a CopyLane.
 #include <cuda_runtime_api.h>
 
 #include <mutex>
 #include <vector>
 
+#include "copy_lane_cuda.hpp"
+#include "cuda_support.hpp"
 #include "teraio/core/error.hpp"
 #include "teraio/core/log.hpp"
 #include "teraio/core/strings.hpp"
@@ -15,51 +18,7 @@
 namespace teraio::io {
 namespace {
 
-void check(cudaError_t rc, const std::string& call) {
-  if (rc == cudaSuccess) return;
-  // Clears the runtime's last-error slot so that a later, unrelated check does not see it.
-  cudaGetLastError();
-  throw Error(ErrorKind::kCuda, cat(call, ": ", cudaGetErrorName(rc), ": ", cudaGetErrorString(rc)));
-}
-
-void warn_if_failed(cudaError_t rc, const char* call) {
-  if (rc != cudaSuccess) log::warn(call, " failed during cleanup: ", cudaGetErrorString(rc));
-}
-
-// Events are created once and reused: cudaEventCreate costs microseconds, a copy may be tiny.
-class EventPool {
- public:
-  explicit EventPool(int device) : device_(device) {}
-  ~EventPool() {
-    for (cudaEvent_t e : free_) warn_if_failed(cudaEventDestroy(e), "cudaEventDestroy");
-  }
-  EventPool(const EventPool&) = delete;
-  EventPool& operator=(const EventPool&) = delete;
-
-  cudaEvent_t take() {
-    {
-      std::lock_guard lock(mutex_);
-      if (!free_.empty()) {
-        cudaEvent_t e = free_.back();
-        free_.pop_back();
-        return e;
-      }
-    }
-    check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
-    cudaEvent_t e = nullptr;
-    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-    return e;
-  }
-  void give_back(cudaEvent_t e) {
-    std::lock_guard lock(mutex_);
-    free_.push_back(e);
-  }
-
- private:
-  int device_;
-  std::mutex mutex_;
-  std::vector<cudaEvent_t> free_;
-};
+using namespace cuda_detail;
 
 class CudaCopyEvent final : public CopyEvent {
  public:
@@ -89,39 +48,33 @@ class CudaCopyEvent final : public CopyEvent {
   std::string what_;
 };
 
-// A stream that is drained before it is destroyed, so that no copy outlives its copier.
-class Stream {
- public:
-  explicit Stream(int device) : device_(device) {
-    check(cudaSetDevice(device), cat("cudaSetDevice(", device, ")"));
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  }
-  ~Stream() {
-    if (cudaSetDevice(device_) != cudaSuccess) return;
-    warn_if_failed(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    warn_if_failed(cudaStreamDestroy(stream_), "cudaStreamDestroy");
-  }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  int device_;
-  cudaStream_t stream_ = nullptr;
-};
-
 class CudaCopier final : public DeviceCopier {
  public:
-  explicit CudaCopier(int device)
-      : device_(device), events_(std::make_shared<EventPool>(device)), to_host_(device), to_device_(device) {}
+  CudaCopier(int device, CopyOrder order)
+      : device_(device), events_(std::make_shared<EventPool>(device)), to_host_(device), to_device_(device) {
+    if (order != CopyOrder::kDeadline) return;
+    lanes_[0] = std::make_shared<CopyLane>(device, cudaMemcpyDeviceToHost, events_);
+    lanes_[1] = std::make_shared<CopyLane>(device, cudaMemcpyHostToDevice, events_);
+    order_note_ = cat("deadline order (", format_bytes(CopyLane::kChunkBytes), " chunks)");
+  }
 
   std::string name() const override { return cat("cuda:", device_); }
   bool is_cuda() const override { return true; }
+  std::string order() const override { return order_note_; }
+  bool completes_in_order() const override { return !lanes_[0]; }
 
-  std::unique_ptr<CopyEvent> to_host(void* host_dst, const void* device_src, std::size_t n) override {
+  std::unique_ptr<CopyEvent> to_host(void* host_dst, const void* device_src, std::size_t n,
+                                     CopyPriority priority) override {
+    if (lanes_[0])
+      return lanes_[0]->copy(host_dst, device_src, n, priority,
+                             describe("device->host", n, device_src, host_dst));
     return copy(host_dst, device_src, n, cudaMemcpyDeviceToHost, to_host_, to_host_mutex_, "device->host");
   }
-  std::unique_ptr<CopyEvent> to_device(void* device_dst, const void* host_src, std::size_t n) override {
+  std::unique_ptr<CopyEvent> to_device(void* device_dst, const void* host_src, std::size_t n,
+                                       CopyPriority priority) override {
+    if (lanes_[1])
+      return lanes_[1]->copy(device_dst, host_src, n, priority,
+                             describe("host->device", n, host_src, device_dst));
     return copy(device_dst, host_src, n, cudaMemcpyHostToDevice, to_device_, to_device_mutex_,
                 "host->device");
   }
@@ -140,9 +93,13 @@ class CudaCopier final : public DeviceCopier {
     return p;
   }
   void wait_for_stream(void* compute_stream, CopyDirection direction) override {
-    check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
     auto* stream = static_cast<cudaStream_t>(compute_stream);
     const bool to_host = direction == CopyDirection::kToHost;
+    if (const auto& lane = lanes_[to_host ? 0 : 1]) {
+      lane->wait_for(stream);
+      return;
+    }
+    check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
     cudaEvent_t event = events_->take();
     // The event is only a marker in the compute stream; giving it back right away is safe
     // because the wait below binds to this record before the event can be recorded again.
@@ -166,9 +123,13 @@ class CudaCopier final : public DeviceCopier {
   }
 
  private:
+  std::string describe(const char* direction, std::size_t n, const void* src, const void* dst) const {
+    return cat(direction, " ", n, " bytes ", src, " -> ", dst, " on ", name());
+  }
+
   std::unique_ptr<CopyEvent> copy(void* dst, const void* src, std::size_t n, cudaMemcpyKind kind,
                                   const Stream& stream, std::mutex& mutex, const char* direction) {
-    const std::string what = cat(direction, " ", n, " bytes ", src, " -> ", dst, " on ", name());
+    const std::string what = describe(direction, n, src, dst);
     cudaEvent_t event = events_->take();
     auto completion = std::make_unique<CudaCopyEvent>(events_, event, what);
     check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
@@ -186,6 +147,9 @@ class CudaCopier final : public DeviceCopier {
   Stream to_device_;
   std::mutex to_host_mutex_;
   std::mutex to_device_mutex_;
+  std::string order_note_ = "issue order";
+  // Deadline order: {device->host, host->device}; empty in issue order.
+  std::shared_ptr<CopyLane> lanes_[2];
 };
 
 }  // namespace
@@ -223,13 +187,13 @@ CudaInventory cuda_inventory() {
   return inventory;
 }
 
-std::unique_ptr<DeviceCopier> make_cuda_copier(int device) {
+std::unique_ptr<DeviceCopier> make_cuda_copier(int device, CopyOrder order) {
   int count = 0;
   check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
   if (device < 0 || device >= count) {
     throw Error(ErrorKind::kCuda, cat("CUDA device ", device, " does not exist (", count, " visible)"));
   }
-  return std::make_unique<CudaCopier>(device);
+  return std::make_unique<CudaCopier>(device, order);
 }
 
 }  // namespace teraio::io

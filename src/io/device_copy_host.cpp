@@ -22,11 +22,13 @@ class HostCopier final : public DeviceCopier {
  public:
   std::string name() const override { return "host"; }
   bool is_cuda() const override { return false; }
-  std::unique_ptr<CopyEvent> to_host(void* host_dst, const void* device_src, std::size_t n) override {
+  std::unique_ptr<CopyEvent> to_host(void* host_dst, const void* device_src, std::size_t n,
+                                     CopyPriority) override {
     if (n > 0) std::memcpy(host_dst, device_src, n);
     return std::make_unique<CompletedEvent>();
   }
-  std::unique_ptr<CopyEvent> to_device(void* device_dst, const void* host_src, std::size_t n) override {
+  std::unique_ptr<CopyEvent> to_device(void* device_dst, const void* host_src, std::size_t n,
+                                       CopyPriority) override {
     if (n > 0) std::memcpy(device_dst, host_src, n);
     return std::make_unique<CompletedEvent>();
   }
@@ -41,6 +43,17 @@ class HostCopier final : public DeviceCopier {
 };
 
 }  // namespace
+
+std::string_view to_string(CopyOrder order) {
+  return order == CopyOrder::kIssue ? "issue" : "deadline";
+}
+
+CopyOrder parse_copy_order(std::string_view text) {
+  if (text == "issue") return CopyOrder::kIssue;
+  if (text == "deadline") return CopyOrder::kDeadline;
+  throw Error(ErrorKind::kInvalidArgument,
+              cat("unknown copy order '", text, "' (expected issue or deadline)"));
+}
 
 std::unique_ptr<DeviceCopier> make_host_copier() {
   return std::make_unique<HostCopier>();

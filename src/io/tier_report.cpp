@@ -9,6 +9,7 @@ namespace teraio::io {
 TierStoreReport TierStore::report() const {
   TierStoreReport out;
   out.copier = copier_.name();
+  out.copy_order = copier_.order();
   out.host_capacity = host_->capacity();
   out.host_used = host_->used();
   out.host_bytes_written = host_bytes_written_;
@@ -39,9 +40,10 @@ TierStoreReport TierStore::report() const {
 }
 
 std::string format_report(const TierStoreReport& report) {
-  std::string text = cat("tier store (copier ", report.copier, ", chunk ", format_bytes(report.chunk_bytes),
-                         ", stripe unit ", format_bytes(report.stripe_unit), ", checksums ",
-                         report.checksums ? "on" : "off", ")\n");
+  std::string text = cat("tier store (copier ", report.copier,
+                         report.copy_order.empty() ? "" : cat(" in ", report.copy_order), ", chunk ",
+                         format_bytes(report.chunk_bytes), ", stripe unit ", format_bytes(report.stripe_unit),
+                         ", checksums ", report.checksums ? "on" : "off", ")\n");
   text += cat("  host tier: ", format_bytes(report.host_used), " of ", format_bytes(report.host_capacity),
               " used, ", format_bytes(report.host_bytes_written), " written, ",
               format_bytes(report.host_bytes_read), " read\n");

@@ -1,6 +1,9 @@
 #include "teraio/io/tier_store.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "bounce.hpp"
@@ -71,8 +74,13 @@ TierStore::TierStore(DeviceCopier& copier, EngineConfig config)
   if (!config_.ssd_paths.empty()) open_ssd_tier();
   const unsigned threads = std::max(1u, config_.transfer_threads);
   for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { run_queue(queue_); });
-  workers_.emplace_back([this] { run_queue(to_host_watch_); });
-  workers_.emplace_back([this] { run_queue(to_device_watch_); });
+  for (JobQueue* watch : {&to_host_watch_, &to_device_watch_}) {
+    if (copier_.completes_in_order()) {
+      workers_.emplace_back([this, watch] { run_queue(*watch); });
+    } else {
+      workers_.emplace_back([this, watch] { run_watch(*watch); });
+    }
+  }
 }
 
 void TierStore::open_ssd_tier() {
@@ -227,7 +235,7 @@ Transfer TierStore::submit(const Extent& extent, const void* memory, std::string
     Record& record = *found->second;
     if (!label.empty()) record.label = std::move(label);
     ++record.busy;
-    queue_.jobs.push_back(Job{state, &record, std::move(work)});
+    queue_.jobs.push_back(Job{state, &record, std::move(work), nullptr});
   }
   queue_.queued.notify_one();
   return Transfer(state);
@@ -239,7 +247,7 @@ bool TierStore::enqueues(const Extent& extent, MemoryKind kind) const {
 }
 
 Transfer TierStore::submit_host_copy(const Extent& extent, void* device, CopyDirection direction,
-                                     std::string label) {
+                                     std::string label, CopyPriority priority) {
   const bool to_host = direction == CopyDirection::kToHost;
   if (device == nullptr) {
     throw Error(ErrorKind::kInvalidArgument, cat("transfer of extent ", extent.id, " with a null buffer"));
@@ -265,11 +273,13 @@ Transfer TierStore::submit_host_copy(const Extent& extent, void* device, CopyDir
     std::byte* at = host_->data(record.host_offset);
     // Under the store's lock, so that the copies reach their stream in submission order and
     // the watcher waits for them in the order they complete.
-    state->device_side = to_host ? std::shared_ptr<CopyEvent>(copier_.to_host(at, device, record.bytes))
-                                 : std::shared_ptr<CopyEvent>(copier_.to_device(device, at, record.bytes));
+    state->device_side =
+        to_host ? std::shared_ptr<CopyEvent>(copier_.to_host(at, device, record.bytes, priority))
+                : std::shared_ptr<CopyEvent>(copier_.to_device(device, at, record.bytes, priority));
     if (!label.empty()) record.label = std::move(label);
     ++record.busy;
-    watch.jobs.push_back(Job{state, &record, [this, event = state->device_side, to_host](Record& r) {
+    watch.jobs.push_back(Job{state, &record,
+                             [this, event = state->device_side, to_host](Record& r) {
                                if (!to_host) {
                                  event->wait();
                                  host_bytes_read_ += r.bytes;
@@ -288,7 +298,8 @@ Transfer TierStore::submit_host_copy(const Extent& extent, void* device, CopyDir
                                }
                                if (failure) std::rethrow_exception(failure);
                                host_bytes_written_ += r.bytes;
-                             }});
+                             },
+                             state->device_side});
   }
   watch.queued.notify_one();
   return Transfer(state);
@@ -322,10 +333,45 @@ void TierStore::run_queue(JobQueue& queue) {
   }
 }
 
-Transfer TierStore::write(const Extent& extent, const void* src, MemoryKind kind, std::string label) {
+void TierStore::run_watch(JobQueue& queue) {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lock(mutex_);
+      queue.queued.wait(lock, [&] { return closing_ || !queue.jobs.empty(); });
+      if (queue.jobs.empty()) return;
+      const auto done = std::find_if(queue.jobs.begin(), queue.jobs.end(), [](Job& j) {
+        try {
+          return j.copy->ready();
+        } catch (...) {
+          return true;  // failed: the job's wait reports it
+        }
+      });
+      if (done == queue.jobs.end()) {
+        // Copies take ~100 us and up: looking again a little later costs nothing they notice.
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+        continue;
+      }
+      job = std::move(*done);
+      queue.jobs.erase(done);
+    }
+    std::exception_ptr error;
+    try {
+      job.work(*job.record);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    finish_job(job, std::move(error));
+  }
+}
+
+Transfer TierStore::write(const Extent& extent, const void* src, MemoryKind kind, std::string label,
+                          CopyPriority priority) {
   // The copier reads the source; the const is dropped only to share submit_host_copy with reads.
   if (enqueues(extent, kind))
-    return submit_host_copy(extent, const_cast<void*>(src), CopyDirection::kToHost, std::move(label));
+    return submit_host_copy(extent, const_cast<void*>(src), CopyDirection::kToHost, std::move(label),
+                            priority);
   return submit(extent, src, std::move(label), [this, src, kind](Record& record) {
     try {
       write_now(record, src, kind);
@@ -337,8 +383,8 @@ Transfer TierStore::write(const Extent& extent, const void* src, MemoryKind kind
   });
 }
 
-Transfer TierStore::read(const Extent& extent, void* dst, MemoryKind kind) {
-  if (enqueues(extent, kind)) return submit_host_copy(extent, dst, CopyDirection::kToDevice, {});
+Transfer TierStore::read(const Extent& extent, void* dst, MemoryKind kind, CopyPriority priority) {
+  if (enqueues(extent, kind)) return submit_host_copy(extent, dst, CopyDirection::kToDevice, {}, priority);
   return submit(extent, dst, {}, [this, dst, kind](Record& record) { read_now(record, dst, kind); });
 }
 

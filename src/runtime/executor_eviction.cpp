@@ -52,7 +52,7 @@ void Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, s
     }
     const TensorId id = *victim;
     Entry& e = entries.at(id);
-    if (!start_offload(id, e, io::TierKind::kHost, false)) {
+    if (!start_offload(id, e, io::TierKind::kHost, nullptr)) {
       throw Error(ErrorKind::kTierFull,
                   over_budget(op, incoming,
                               cat("neither the host nor the SSD tier has room for tensor ", id, " (", e.bytes,
@@ -90,7 +90,7 @@ void* Executor::State::allocate(TensorId id, Entry& e, std::span<const TensorId>
 void Executor::State::demand_fetch(TensorId id, Entry& e, OpIndex op, std::span<const TensorId> keep) {
   log::debug("demand fetch of tensor ", id, " (", e.bytes, " bytes) at operator ", op);
   make_room(op, keep, e.bytes);
-  start_fetch(id, e, false, keep);
+  start_fetch(id, e, nullptr, keep);
   ++stats.demand_fetches;
   complete(id, e, op);
 }
@@ -121,7 +121,7 @@ void Executor::State::issue(const plan::Migration& migration, OpIndex op, std::s
   if (migration.direction == plan::Direction::kOffload) {
     // A stale plan may offload a tensor this very operator uses: it would be taken back at once.
     if (e.location != Location::kDevice || contains_id(used, id) ||
-        !start_offload(id, e, tier_kind(migration.tier), true)) {
+        !start_offload(id, e, tier_kind(migration.tier), &migration)) {
       ++stats.skipped;
       return;
     }
@@ -140,7 +140,7 @@ void Executor::State::issue(const plan::Migration& migration, OpIndex op, std::s
   keep.push_back(id);
   try {
     make_room(op, keep, e.bytes);
-    start_fetch(id, e, true, keep);
+    start_fetch(id, e, &migration, keep);
   } catch (const Error& error) {
     // No room now (nothing left to move, or the allocator refused twice): the operators
     // before its use may free memory; if not, the use fetches it on demand.

@@ -145,9 +145,12 @@ struct Executor::State {
 
   // Copies a kDevice tensor out to `preferred` (or the other tier when it is full); false when
   // neither tier has room.
-  bool start_offload(TensorId id, Entry& e, io::TierKind preferred, bool planned);
+  // `planned` is the plan's migration, or nullptr for a reactive transfer (eviction, demand).
+  bool start_offload(TensorId id, Entry& e, io::TierKind preferred, const plan::Migration* planned);
 
-  void start_fetch(TensorId id, Entry& e, bool planned, std::span<const TensorId> keep);
+  void start_fetch(TensorId id, Entry& e, const plan::Migration* planned, std::span<const TensorId> keep);
+  // How pressing the copy is, in the planner's terms (io::CopySchedule orders by it).
+  io::CopyPriority priority(const plan::Migration* planned) const;
 
   // Blocks until the transfer has finished, counting the wait as a stall of `op`. Does not
   // throw: the caller looks at the outcome.

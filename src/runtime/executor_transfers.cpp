@@ -24,7 +24,17 @@ io::Transfer Executor::State::close_transfer(TensorId id, Entry& e) {
   return close_transfer_open(id, e);
 }
 
-bool Executor::State::start_offload(TensorId id, Entry& e, io::TierKind preferred, bool planned) {
+io::CopyPriority Executor::State::priority(const plan::Migration* planned) const {
+  // Step and operator in one key; a reactive copy is needed by the operator about to run; a
+  // planned deadline before its issue falls in the next step.
+  const auto at = [](std::uint64_t step, OpIndex op) { return (step << 32) | op; };
+  if (planned == nullptr) return {true, at(steps_begun, current_op)};
+  const bool next_step = planned->deadline < planned->issue_before;
+  return {planned->urgent, at(steps_begun + (next_step ? 1 : 0), planned->deadline)};
+}
+
+bool Executor::State::start_offload(TensorId id, Entry& e, io::TierKind preferred,
+                                    const plan::Migration* planned) {
   const auto allocate_extent = [&] {
     std::optional<io::Extent> extent = store.allocate(preferred, e.bytes);
     return extent ? extent : store.allocate(other_tier(preferred), e.bytes);
@@ -39,28 +49,30 @@ bool Executor::State::start_offload(TensorId id, Entry& e, io::TierKind preferre
   if (!extent) return false;
   try {
     memory.before_copy_out(id);
-    e.transfer = store.write(*extent, memory.data(id), io::MemoryKind::kDevice, cat("tensor ", id));
+    e.transfer =
+        store.write(*extent, memory.data(id), io::MemoryKind::kDevice, cat("tensor ", id), priority(planned));
   } catch (...) {
     store.release(*extent);
     throw;
   }
   e.extent = extent;
-  start_span(id, e, plan::Direction::kOffload, planned);
+  start_span(id, e, plan::Direction::kOffload, planned != nullptr);
   set_location(id, e, Location::kOffloading);
   return true;
 }
 
-void Executor::State::start_fetch(TensorId id, Entry& e, bool planned, std::span<const TensorId> keep) {
+void Executor::State::start_fetch(TensorId id, Entry& e, const plan::Migration* planned,
+                                  std::span<const TensorId> keep) {
   // Its copy out may still be settling: the read must not overtake the write.
   if (std::exception_ptr failure = settle(id, current_op)) std::rethrow_exception(failure);
   void* fresh = allocate(id, e, keep);
   try {
-    e.transfer = store.read(*e.extent, fresh, io::MemoryKind::kDevice);
+    e.transfer = store.read(*e.extent, fresh, io::MemoryKind::kDevice, priority(planned));
   } catch (...) {
     memory.release(id);
     throw;
   }
-  start_span(id, e, plan::Direction::kPrefetch, planned);
+  start_span(id, e, plan::Direction::kPrefetch, planned != nullptr);
   set_location(id, e, Location::kFetching);
 }
 

@@ -94,7 +94,7 @@ class CudaCopiers {
         return Lease(*this, device, std::move(slot));
       }
     }
-    return Lease(*this, device, Slot{io::make_cuda_copier(device), nullptr});
+    return Lease(*this, device, Slot{io::make_cuda_copier(device, io::CopyOrder::kIssue), nullptr});
   }
 
  private:

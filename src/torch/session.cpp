@@ -34,11 +34,12 @@ c10::Device parse_device(const std::string& text) {
   }
 }
 
-std::unique_ptr<io::DeviceCopier> make_copier(c10::Device device) {
+std::unique_ptr<io::DeviceCopier> make_copier(c10::Device device, io::CopyOrder order) {
   if (device.is_cpu()) return io::make_host_copier();
 #ifdef TERAIO_TORCH_CUDA
-  return io::make_cuda_copier(device.index());
+  return io::make_cuda_copier(device.index(), order);
 #else
+  static_cast<void>(order);
   throw Error(ErrorKind::kUnsupported, "this TeraIO build has no CUDA support (built against a CPU torch)");
 #endif
 }
@@ -64,7 +65,7 @@ Session::Session(SessionConfig config) : config_(std::move(config)), device_(par
   if (!config_.ssd_paths.empty() && config_.ssd_capacity == 0) {
     throw Error(ErrorKind::kInvalidArgument, "ssd paths given but ssd_capacity is 0");
   }
-  copier_ = make_copier(device_);
+  copier_ = make_copier(device_, config_.copy_order);
   io::EngineConfig engine;
   engine.host_capacity = config_.host_budget;
   engine.ssd_paths = config_.ssd_paths;

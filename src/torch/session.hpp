@@ -59,6 +59,9 @@ struct SessionConfig {
   // reactive eviction. Measured both ways (bench/RESULTS.md): on is faster where the plan is
   // far over the budget (W2 at 16 GiB), off where it is close (W2 at 24 GiB); off by default.
   bool record_releases = false;
+  // The order the CUDA copier runs each direction's copies in: by the plan's deadlines (as the
+  // simulator assumes; the default) or as issued. What ran is in the backends report.
+  io::CopyOrder copy_order = io::CopyOrder::kDeadline;
   // Called (from the failing operator's thread) when a storage-engine error first hits a step,
   // so that the binding can stop the training code at its next Python statement.
   std::function<void()> on_failure;

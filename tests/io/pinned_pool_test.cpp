@@ -20,10 +20,10 @@ class CountingCopier final : public DeviceCopier {
  public:
   std::string name() const override { return "counting"; }
   bool is_cuda() const override { return false; }
-  std::unique_ptr<CopyEvent> to_host(void* d, const void* s, std::size_t n) override {
+  std::unique_ptr<CopyEvent> to_host(void* d, const void* s, std::size_t n, CopyPriority) override {
     return host_->to_host(d, s, n);
   }
-  std::unique_ptr<CopyEvent> to_device(void* d, const void* s, std::size_t n) override {
+  std::unique_ptr<CopyEvent> to_device(void* d, const void* s, std::size_t n, CopyPriority) override {
     return host_->to_device(d, s, n);
   }
   void pin(void*, std::size_t n) override {

@@ -88,10 +88,12 @@ class GatedCopier final : public DeviceCopier {
 
   std::string name() const override { return "gated"; }
   bool is_cuda() const override { return false; }
-  std::unique_ptr<CopyEvent> to_host(void* host_dst, const void* device_src, std::size_t n) override {
+  std::unique_ptr<CopyEvent> to_host(void* host_dst, const void* device_src, std::size_t n,
+                                     CopyPriority) override {
     return enqueue(host_dst, device_src, n);
   }
-  std::unique_ptr<CopyEvent> to_device(void* device_dst, const void* host_src, std::size_t n) override {
+  std::unique_ptr<CopyEvent> to_device(void* device_dst, const void* host_src, std::size_t n,
+                                       CopyPriority) override {
     return enqueue(device_dst, host_src, n);
   }
   void pin(void*, std::size_t) override {}

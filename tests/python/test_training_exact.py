@@ -224,6 +224,12 @@ def test_waits_handed_to_the_device_stay_exact(device, swap_dir):
     assert all(s["bytes_to_ssd"] == 0 and s["bytes_to_host"] > 0 for s in planned), planned
 
 
+def test_copies_run_as_issued_stay_exact(device, swap_dir):
+    # The other cases run the CUDA copier in deadline order (the default); this one as issued.
+    run = check_case(gpt, adamw, device, swap_dir, host_budget="64MiB", ssd=[], copy_order="issue")
+    assert "in issue order" in run.report["backends"]
+
+
 def test_gradient_accumulation_exact(device, swap_dir):
     check_case(gpt, adamw, device, swap_dir, accumulate=3)
 

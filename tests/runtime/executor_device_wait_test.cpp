@@ -126,10 +126,12 @@ class GatedCopier final : public io::DeviceCopier {
 
   std::string name() const override { return "gated"; }
   bool is_cuda() const override { return false; }
-  std::unique_ptr<io::CopyEvent> to_host(void* host_dst, const void* device_src, std::size_t n) override {
+  std::unique_ptr<io::CopyEvent> to_host(void* host_dst, const void* device_src, std::size_t n,
+                                         io::CopyPriority) override {
     return enqueue(CopyDirection::kToHost, host_dst, device_src, n);
   }
-  std::unique_ptr<io::CopyEvent> to_device(void* device_dst, const void* host_src, std::size_t n) override {
+  std::unique_ptr<io::CopyEvent> to_device(void* device_dst, const void* host_src, std::size_t n,
+                                           io::CopyPriority) override {
     return enqueue(CopyDirection::kToDevice, device_dst, host_src, n);
   }
   void pin(void*, std::size_t) override {}

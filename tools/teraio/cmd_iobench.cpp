@@ -99,7 +99,7 @@ int run_iobench(const std::vector<std::string>& args) {
                                            " free, needs about ", format_bytes(need)));
     }
   }
-  auto copier = config.cuda ? io::make_cuda_copier(0) : io::make_host_copier();
+  auto copier = config.cuda ? io::make_cuda_copier(0, io::CopyOrder::kIssue) : io::make_host_copier();
   const bool can_drop = drop_page_cache();
 
   BenchReport report;

@@ -7,7 +7,10 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "teraio/io/copy_schedule.hpp"
 
 namespace teraio::io {
 
@@ -16,6 +19,14 @@ enum class MemoryKind { kHost, kDevice };
 
 // Which of the copier's two streams.
 enum class CopyDirection { kToHost, kToDevice };
+
+// In what order the CUDA copier runs one direction's copies: as issued (each straight onto the
+// stream), or by CopyPriority (CopySchedule: urgent, then earliest deadline), fed to the stream
+// in chunks by a dispatcher thread, as the planner and the simulator assume.
+enum class CopyOrder { kIssue, kDeadline };
+std::string_view to_string(CopyOrder order);
+// "issue" or "deadline"; throws Error{kInvalidArgument} for anything else.
+CopyOrder parse_copy_order(std::string_view text);
 
 // Completion of one asynchronous copy. wait() rethrows a copy failure as teraio::Error.
 class CopyEvent {
@@ -35,10 +46,18 @@ class DeviceCopier {
   // "host" or "cuda:N": reported by the engine, never guessed.
   virtual std::string name() const = 0;
   virtual bool is_cuda() const = 0;
+  // The order its copies actually run in, in words ("issue order", "deadline order, 8.0 MiB
+  // chunks", or why deadline order was asked for and is not running).
+  virtual std::string order() const { return "issue order"; }
+  // Whether copies of one direction complete in the order they were issued (so that waiting
+  // for them in that order loses no time).
+  virtual bool completes_in_order() const { return true; }
   // Starts a copy; the event completes when all n bytes have arrived. Host buffers should be
-  // pinned (see pin()) for full speed on CUDA.
-  virtual std::unique_ptr<CopyEvent> to_host(void* host_dst, const void* device_src, std::size_t n) = 0;
-  virtual std::unique_ptr<CopyEvent> to_device(void* device_dst, const void* host_src, std::size_t n) = 0;
+  // pinned (see pin()) for full speed on CUDA. The priority matters in deadline order only.
+  virtual std::unique_ptr<CopyEvent> to_host(void* host_dst, const void* device_src, std::size_t n,
+                                             CopyPriority priority = {}) = 0;
+  virtual std::unique_ptr<CopyEvent> to_device(void* device_dst, const void* host_src, std::size_t n,
+                                               CopyPriority priority = {}) = 0;
   // Page-locks host memory for DMA (cudaHostRegister); no-op for the host copier.
   virtual void pin(void* host, std::size_t n) = 0;
   virtual void unpin(void* host) = 0;
@@ -58,7 +77,7 @@ class DeviceCopier {
 
 std::unique_ptr<DeviceCopier> make_host_copier();
 // Throws Error{kUnsupported} in a build without CUDA, Error{kCuda} when the device is absent.
-std::unique_ptr<DeviceCopier> make_cuda_copier(int device);
+std::unique_ptr<DeviceCopier> make_cuda_copier(int device, CopyOrder order = CopyOrder::kDeadline);
 bool cuda_compiled_in();
 
 // What the CUDA runtime sees, for `teraio doctor` and test skips: one line per device

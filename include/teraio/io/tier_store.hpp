@@ -100,6 +100,7 @@ struct PathReport {
 
 struct TierStoreReport {
   std::string copier;
+  std::string copy_order;  // DeviceCopier::order(): what actually runs
   std::uint64_t host_capacity = 0;
   std::uint64_t host_used = 0;
   std::uint64_t host_bytes_written = 0;
@@ -129,9 +130,12 @@ class TierStore {
 
   // extent.bytes bytes from src (device memory of the copier, or host memory) to the extent.
   // label names the contents in error messages (e.g. a tensor id).
-  Transfer write(const Extent& extent, const void* src, MemoryKind kind, std::string label = {});
+  // priority orders the device copy among the others of its direction where the copier runs
+  // in deadline order (host tier, device memory); other transfers ignore it.
+  Transfer write(const Extent& extent, const void* src, MemoryKind kind, std::string label = {},
+                 CopyPriority priority = {});
   // The extent's bytes to dst. With checksums on, a mismatch fails with Error{kChecksum}.
-  Transfer read(const Extent& extent, void* dst, MemoryKind kind);
+  Transfer read(const Extent& extent, void* dst, MemoryKind kind, CopyPriority priority = {});
 
   // Stops accepting transfers (later ones fail with kShutdown), fails queued ones with
   // kShutdown, lets running ones finish. Idempotent.
@@ -146,6 +150,7 @@ class TierStore {
     std::shared_ptr<TransferState> state;
     Record* record = nullptr;
     std::function<void(Record&)> work;
+    std::shared_ptr<CopyEvent> copy;  // a device copy the watcher waits for (host copies)
   };
   struct JobQueue {
     std::deque<Job> jobs;
@@ -154,9 +159,12 @@ class TierStore {
   Transfer submit(const Extent& extent, const void* memory, std::string label,
                   std::function<void(Record&)> work);
   bool enqueues(const Extent& extent, MemoryKind kind) const;
-  Transfer submit_host_copy(const Extent& extent, void* device, CopyDirection direction, std::string label);
+  Transfer submit_host_copy(const Extent& extent, void* device, CopyDirection direction, std::string label,
+                            CopyPriority priority);
   void finish_job(Job& job, std::exception_ptr error);
   void run_queue(JobQueue& queue);
+  // A watcher for a copier whose copies complete out of issue order: takes whichever is done.
+  void run_watch(JobQueue& queue);
   void write_now(Record& record, const void* src, MemoryKind kind);
   void read_now(Record& record, void* dst, MemoryKind kind);
   void open_ssd_tier();

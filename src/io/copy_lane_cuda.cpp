@@ -1,0 +1,181 @@
+#include "copy_lane_cuda.hpp"
+
+#include <chrono>
+
+#include "teraio/core/strings.hpp"
+
+namespace teraio::io::cuda_detail {
+
+// A copy's completion as the engine sees it. The host waits on the lane's bookkeeping; a
+// stream waits on the event of the copy's last chunk, queued first if need be.
+class CopyLane::Event final : public CopyEvent {
+ public:
+  Event(std::shared_ptr<CopyLane> lane, std::shared_ptr<Copy> copy)
+      : lane_(std::move(lane)), copy_(std::move(copy)) {}
+
+  bool ready() override {
+    std::lock_guard lock(lane_->mutex_);
+    if (copy_->complete && copy_->error) std::rethrow_exception(copy_->error);
+    return copy_->complete;
+  }
+  // Only observes: the engine's watcher waits for copies in turn, and promoting them here
+  // would put them back in issue order. Whoever needs a copy now waits on the device.
+  void wait() override {
+    std::unique_lock lock(lane_->mutex_);
+    lane_->progress_.wait(lock, [&] { return copy_->complete; });
+    if (copy_->error) std::rethrow_exception(copy_->error);
+  }
+  void block_stream(void* stream) override {
+    std::lock_guard lock(lane_->mutex_);
+    if (copy_->complete) return;  // its event may serve another copy by now: nothing to wait for
+    lane_->flush_for(*copy_, static_cast<cudaStream_t>(stream));
+  }
+
+ private:
+  std::shared_ptr<CopyLane> lane_;
+  std::shared_ptr<Copy> copy_;
+};
+
+CopyLane::CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events)
+    : device_(device), kind_(kind), events_(std::move(events)), stream_(device) {
+  dispatcher_ = std::thread([this] { run(); });
+}
+
+CopyLane::~CopyLane() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_.notify_all();
+  dispatcher_.join();
+  for (auto& [no, event] : markers_) events_->give_back(event);
+  if (cudaSetDevice(device_) == cudaSuccess)
+    warn_if_failed(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize(copy lane)");
+}
+
+std::unique_ptr<CopyEvent> CopyLane::copy(void* dst, const void* src, std::size_t n, CopyPriority priority,
+                                          std::string what) {
+  auto copy = std::make_shared<Copy>();
+  copy->dst = static_cast<char*>(dst);
+  copy->src = static_cast<const char*>(src);
+  copy->what = std::move(what);
+  {
+    std::lock_guard lock(mutex_);
+    copy->marker = last_marker_;
+    copy->id = schedule_.add(n, priority);
+    scheduled_.emplace(copy->id, copy);
+  }
+  work_.notify_one();
+  return std::make_unique<Event>(shared_from_this(), std::move(copy));
+}
+
+void CopyLane::wait_for(cudaStream_t compute) {
+  cudaEvent_t event = events_->take();
+  try {
+    check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
+    check(cudaEventRecord(event, compute), "cudaEventRecord(compute stream)");
+  } catch (...) {
+    events_->give_back(event);
+    throw;
+  }
+  std::lock_guard lock(mutex_);
+  markers_.emplace_back(++last_marker_, event);
+}
+
+void CopyLane::flush_for(Copy& copy, cudaStream_t stream) {
+  if (const auto rest = schedule_.take_rest(copy.id)) {
+    check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
+    if (copy.marker > passed_marker_) {
+      // Its marker has not passed yet: the stream waits for it, as in issue order.
+      for (const auto& [no, event] : markers_) {
+        if (no != copy.marker) continue;
+        check(cudaStreamWaitEvent(stream_.get(), event, 0),
+              cat("cudaStreamWaitEvent(marker for ", copy.what, ")"));
+        break;
+      }
+    }
+    submit(*rest);
+  }
+  check(cudaStreamWaitEvent(stream, copy.done, 0), cat("cudaStreamWaitEvent(", copy.what, ")"));
+}
+
+void CopyLane::retire_finished() {
+  while (!queued_.empty()) {
+    const cudaError_t rc = cudaEventQuery(queued_.front().event);
+    if (rc == cudaErrorNotReady) return;
+    Queued done = std::move(queued_.front());
+    queued_.pop_front();
+    events_->give_back(done.event);
+    if (!done.last_of) continue;
+    Copy& copy = *done.last_of;
+    if (rc != cudaSuccess && !copy.error) {
+      cudaGetLastError();
+      copy.error = std::make_exception_ptr(
+          Error(ErrorKind::kCuda, cat(copy.what, ": ", cudaGetErrorName(rc), ": ", cudaGetErrorString(rc))));
+    }
+    copy.complete = true;
+    copy.done = nullptr;
+    progress_.notify_all();
+  }
+}
+
+void CopyLane::advance_markers() {
+  // Markers pass in stream order: the first one not passed holds back all later ones.
+  while (!markers_.empty()) {
+    const cudaError_t rc = cudaEventQuery(markers_.front().second);
+    if (rc == cudaErrorNotReady) return;
+    cudaGetLastError();  // a failed compute stream is reported by its own kernels
+    passed_marker_ = markers_.front().first;
+    events_->give_back(markers_.front().second);
+    markers_.pop_front();
+  }
+}
+
+void CopyLane::submit(const CopySchedule::Chunk& chunk) {
+  std::shared_ptr<Copy> copy = scheduled_.at(chunk.id);
+  if (chunk.last) scheduled_.erase(chunk.id);
+  Queued queued{events_->take(), chunk.last ? copy : nullptr};
+  try {
+    if (chunk.bytes > 0)
+      check(cudaMemcpyAsync(copy->dst + chunk.offset, copy->src + chunk.offset, chunk.bytes, kind_,
+                            stream_.get()),
+            cat("cudaMemcpyAsync(", copy->what, ")"));
+  } catch (...) {
+    copy->error = std::current_exception();
+  }
+  if (chunk.last) copy->done = queued.event;
+  const cudaError_t rc = cudaEventRecord(queued.event, stream_.get());
+  if (rc != cudaSuccess && !copy->error) {
+    cudaGetLastError();
+    copy->error = std::make_exception_ptr(Error(ErrorKind::kCuda, cat("cudaEventRecord(", copy->what, ")")));
+  }
+  queued_.push_back(std::move(queued));
+}
+
+void CopyLane::run() {
+  if (cudaSetDevice(device_) != cudaSuccess) log::warn("copy lane: cudaSetDevice(", device_, ") failed");
+  const auto ready = [this](CopySchedule::Id id) { return scheduled_.at(id)->marker <= passed_marker_; };
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    retire_finished();
+    advance_markers();
+    if (queued_.size() < kWindow) {
+      if (const auto chunk = schedule_.next(ready)) {
+        submit(*chunk);
+        continue;
+      }
+    }
+    if (schedule_.empty() && queued_.empty()) {
+      if (stopping_) return;
+      work_.wait(lock);
+      continue;
+    }
+    // Chunks run or copies wait for the compute stream: look again shortly. A chunk takes
+    // ~160 us, so polling every few microseconds keeps the link busy at little cost.
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(5));
+    lock.lock();
+  }
+}
+
+}  // namespace teraio::io::cuda_detail

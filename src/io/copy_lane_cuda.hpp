@@ -1,0 +1,90 @@
+// io/copy_lane_cuda: one direction of the CUDA copier in deadline order. Copies wait in a
+// CopySchedule; a dispatcher thread feeds the stream one chunk at a time, most pressing copy
+// first, with at most kWindow chunks queued so that a more pressing copy overtakes within a
+// chunk or two. A stream that must wait for a copy still scheduled (block_stream) queues the
+// rest of it right away, from the waiting thread, and waits on its event: a device-side wait
+// never depends on the dispatcher, which could be stuck behind a device-wide synchronization
+// (cudaFree) that itself waits for that stream.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda_support.hpp"
+#include "teraio/io/copy_schedule.hpp"
+#include "teraio/io/device_copy.hpp"
+
+namespace teraio::io::cuda_detail {
+
+class CopyLane : public std::enable_shared_from_this<CopyLane> {
+ public:
+  static constexpr std::size_t kChunkBytes = 8ull << 20;  // ~160 us at 50 GB/s
+  static constexpr std::size_t kWindow = 2;               // chunks queued on the stream at once
+
+  CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events);
+  // Runs every copy still scheduled (its compute-stream waits pass as the device works), then
+  // stops the dispatcher and drains the stream.
+  ~CopyLane();
+  CopyLane(const CopyLane&) = delete;
+  CopyLane& operator=(const CopyLane&) = delete;
+
+  std::unique_ptr<CopyEvent> copy(void* dst, const void* src, std::size_t n, CopyPriority priority,
+                                  std::string what);
+  // Copies scheduled after this call start only after the work queued so far on `compute`.
+  void wait_for(cudaStream_t compute);
+
+ private:
+  struct Copy {
+    CopySchedule::Id id = 0;
+    char* dst = nullptr;
+    const char* src = nullptr;
+    std::uint64_t marker = 0;    // the compute-stream marker it waits for (0: none)
+    cudaEvent_t done = nullptr;  // recorded after its last chunk; the pool's again once complete
+    bool complete = false;
+    std::exception_ptr error;
+    std::string what;
+  };
+  struct Queued {
+    cudaEvent_t event = nullptr;
+    std::shared_ptr<Copy> last_of;  // set on a copy's final chunk
+  };
+  class Event;
+
+  void run();
+  void retire_finished();
+  void advance_markers();
+  void submit(const CopySchedule::Chunk& chunk);
+  // Queues the rest of a copy now (behind its marker, on the stream) and makes `stream` wait
+  // for it. Under the lock, so that its event cannot be retired and reused meanwhile.
+  void flush_for(Copy& copy, cudaStream_t stream);
+
+  int device_;
+  cudaMemcpyKind kind_;
+  std::shared_ptr<EventPool> events_;
+  Stream stream_;
+
+  std::mutex mutex_;
+  std::condition_variable work_;      // the dispatcher: a copy arrived or the lane stops
+  std::condition_variable progress_;  // waiters: a copy completed
+  CopySchedule schedule_{kChunkBytes};
+  std::unordered_map<CopySchedule::Id, std::shared_ptr<Copy>> scheduled_;
+  std::deque<Queued> queued_;
+  std::deque<std::pair<std::uint64_t, cudaEvent_t>> markers_;  // recorded, not yet seen passed
+  std::uint64_t last_marker_ = 0;
+  std::uint64_t passed_marker_ = 0;
+  bool stopping_ = false;
+  std::thread dispatcher_;
+};
+
+}  // namespace teraio::io::cuda_detail

@@ -1,0 +1,27 @@
+"""Session(copy_order=...): the CUDA copier runs each direction's copies by the plan's
+deadlines (the default, as the planner and simulator assume) or as issued. Whichever runs is
+named in the session's backends report; the training itself is bit-exact either way."""
+from __future__ import annotations
+
+import pytest
+
+import teraio
+from conftest import requires_cuda
+
+
+def test_an_unknown_copy_order_is_refused():
+    with pytest.raises(teraio.Error, match="unknown copy order 'fifo'"):
+        teraio.Session(gpu_budget="1GiB", device="cpu", copy_order="fifo")
+
+
+def test_the_cpu_copier_says_it_runs_copies_as_issued():
+    with teraio.Session(gpu_budget="1GiB", device="cpu") as session:
+        assert "copier host in issue order" in session.report()["backends"]
+
+
+@requires_cuda
+@pytest.mark.parametrize("order", ["deadline", "issue"])
+def test_the_cuda_copier_reports_the_order_that_runs(order):
+    with teraio.Session(gpu_budget="1GiB", device="cuda", copy_order=order) as session:
+        assert f"copier cuda:0 in {order} order" in session.report()["backends"]
+
