@@ -305,6 +305,16 @@ Transfer TierStore::submit_host_copy(const Extent& extent, void* device, CopyDir
   return Transfer(state);
 }
 
+void TierStore::run_job(Job& job) {
+  std::exception_ptr error;
+  try {
+    job.work(*job.record);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  finish_job(job, std::move(error));
+}
+
 void TierStore::finish_job(Job& job, std::exception_ptr error) {
   {
     std::lock_guard lock(mutex_);
@@ -323,13 +333,7 @@ void TierStore::run_queue(JobQueue& queue) {
       job = std::move(queue.jobs.front());
       queue.jobs.pop_front();
     }
-    std::exception_ptr error;
-    try {
-      job.work(*job.record);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    finish_job(job, std::move(error));
+    run_job(job);
   }
 }
 
@@ -356,13 +360,7 @@ void TierStore::run_watch(JobQueue& queue) {
       job = std::move(*done);
       queue.jobs.erase(done);
     }
-    std::exception_ptr error;
-    try {
-      job.work(*job.record);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    finish_job(job, std::move(error));
+    run_job(job);
   }
 }
 

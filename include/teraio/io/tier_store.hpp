@@ -161,6 +161,7 @@ class TierStore {
   bool enqueues(const Extent& extent, MemoryKind kind) const;
   Transfer submit_host_copy(const Extent& extent, void* device, CopyDirection direction, std::string label,
                             CopyPriority priority);
+  void run_job(Job& job);
   void finish_job(Job& job, std::exception_ptr error);
   void run_queue(JobQueue& queue);
   // A watcher for a copier whose copies complete out of issue order: takes whichever is done.
