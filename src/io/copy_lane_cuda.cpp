@@ -18,8 +18,9 @@ class CopyLane::Event final : public CopyEvent {
     if (copy_->complete && copy_->error) std::rethrow_exception(copy_->error);
     return copy_->complete;
   }
-  // Only observes: the engine's watcher waits for copies in turn, and promoting them here
-  // would put them back in issue order. Whoever needs a copy now waits on the device.
+  // Only observes, and moves nothing forward: the engine's watchers wait on every copy, and
+  // queuing each one here would put them back in issue order. A stream that needs a copy now
+  // calls block_stream, which does queue it.
   void wait() override {
     std::unique_lock lock(lane_->mutex_);
     lane_->progress_.wait(lock, [&] { return copy_->complete; });
