@@ -87,13 +87,11 @@ void CopyLane::flush_for(Copy& copy, cudaStream_t stream) {
   if (const auto rest = schedule_.take_rest(copy.id)) {
     check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
     if (copy.marker > passed_marker_) {
-      // Its marker has not passed yet: the stream waits for it, as in issue order.
-      for (const auto& [no, event] : markers_) {
-        if (no != copy.marker) continue;
-        check(cudaStreamWaitEvent(stream_.get(), event, 0),
-              cat("cudaStreamWaitEvent(marker for ", copy.what, ")"));
-        break;
-      }
+      // Its marker has not passed yet: the stream waits for it, as in issue order. Markers not
+      // yet passed are numbered passed_marker_ + 1, + 2, ... in markers_.
+      const cudaEvent_t marker = markers_.at(copy.marker - passed_marker_ - 1).second;
+      check(cudaStreamWaitEvent(stream_.get(), marker, 0),
+            cat("cudaStreamWaitEvent(marker for ", copy.what, ")"));
     }
     submit(*rest);
   }

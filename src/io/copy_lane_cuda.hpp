@@ -15,11 +15,10 @@
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <vector>
+#include <utility>
 
 #include "cuda_support.hpp"
 #include "teraio/io/copy_schedule.hpp"

@@ -235,7 +235,7 @@ Transfer TierStore::submit(const Extent& extent, const void* memory, std::string
     Record& record = *found->second;
     if (!label.empty()) record.label = std::move(label);
     ++record.busy;
-    queue_.jobs.push_back(Job{state, &record, std::move(work), nullptr});
+    queue_.jobs.push_back(Job{state, &record, std::move(work)});
   }
   queue_.queued.notify_one();
   return Transfer(state);
@@ -271,15 +271,14 @@ Transfer TierStore::submit_host_copy(const Extent& extent, void* device, CopyDir
       return Transfer(state);
     }
     std::byte* at = host_->data(record.host_offset);
-    // Under the store's lock, so that the copies reach their stream in submission order and
-    // the watcher waits for them in the order they complete.
+    // Under the store's lock, so that the copies reach the copier in submission order: in issue
+    // order that is the order they complete, which the watcher waits in (run_queue).
     state->device_side =
         to_host ? std::shared_ptr<CopyEvent>(copier_.to_host(at, device, record.bytes, priority))
                 : std::shared_ptr<CopyEvent>(copier_.to_device(device, at, record.bytes, priority));
     if (!label.empty()) record.label = std::move(label);
     ++record.busy;
-    watch.jobs.push_back(Job{state, &record,
-                             [this, event = state->device_side, to_host](Record& r) {
+    watch.jobs.push_back(Job{state, &record, [this, event = state->device_side, to_host](Record& r) {
                                if (!to_host) {
                                  event->wait();
                                  host_bytes_read_ += r.bytes;
@@ -298,8 +297,7 @@ Transfer TierStore::submit_host_copy(const Extent& extent, void* device, CopyDir
                                }
                                if (failure) std::rethrow_exception(failure);
                                host_bytes_written_ += r.bytes;
-                             },
-                             state->device_side});
+                             }});
   }
   watch.queued.notify_one();
   return Transfer(state);
@@ -346,7 +344,7 @@ void TierStore::run_watch(JobQueue& queue) {
       if (queue.jobs.empty()) return;
       const auto done = std::find_if(queue.jobs.begin(), queue.jobs.end(), [](Job& j) {
         try {
-          return j.copy->ready();
+          return j.state->device_side->ready();
         } catch (...) {
           return true;  // failed: the job's wait reports it
         }

@@ -47,7 +47,6 @@ class CopySchedule {
 
   bool empty() const { return order_.empty(); }
   std::size_t pending() const { return order_.size(); }
-  std::size_t chunk_bytes() const { return chunk_bytes_; }
 
  private:
   // (not urgent, deadline, id): smaller goes first.

@@ -150,7 +150,6 @@ class TierStore {
     std::shared_ptr<TransferState> state;
     Record* record = nullptr;
     std::function<void(Record&)> work;
-    std::shared_ptr<CopyEvent> copy;  // a device copy the watcher waits for (host copies)
   };
   struct JobQueue {
     std::deque<Job> jobs;
