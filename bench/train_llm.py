@@ -95,11 +95,17 @@ MODES = {
     "teraio-recompute": "TeraIO (tiers of --recompute-tier, default host) recomputing the last decoder layers, "
                         "how many chosen by teraio.recompute.tune (--recompute-counts)",
     "ckpt": "activation checkpointing of every decoder layer (use_reentrant=False)",
+    "sac": "selective activation checkpointing of every decoder layer: torch.utils.checkpoint's selective "
+           "checkpointing keeping matrix products and attention, recomputing the rest (PyTorch >= 2.4)",
     "save_on_cpu": "torch.autograd.graph.save_on_cpu(pin_memory=True) around forward and backward",
     "fsdp2-offload": "FSDP2 fully_shard with CPUOffloadPolicy(pin_memory=True), one process",
 }
 # Modes that keep every model state (parameters, gradients, two AdamW states) on the GPU.
-STATES_ON_GPU = ("ideal", "ckpt", "save_on_cpu")
+STATES_ON_GPU = ("ideal", "ckpt", "sac", "save_on_cpu")
+# Outputs the sac mode keeps (matrix products and attention kernels); it recomputes the rest.
+SAC_SAVED = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_scaled_dot_product_flash_attention",
+             "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+             "_scaled_dot_product_flash_attention_for_cpu", "_flash_attention_forward", "_efficient_attention_forward")
 STATE_BYTES_PER_PARAM = 16  # fp32 parameter, gradient and two AdamW moments
 LR = 1e-4
 STEP_FIELDS = ("phase", "mode", "stall_s", "bytes_to_host", "bytes_from_host", "bytes_to_ssd", "bytes_from_ssd",
@@ -152,6 +158,9 @@ def parse_args(argv):
     p.add_argument("--copy-order", choices=("deadline", "issue"), default="deadline",
                    help="TeraIO modes: Session(copy_order=...): the CUDA copier runs each direction's copies by the "
                         "plan's deadlines (default) or as issued")
+    p.add_argument("--recast-weights", choices=("on", "off"), default="on",
+                   help="TeraIO modes: Session(recast_weights=...): make autocast's bf16 copies of the weights again "
+                        "in the backward pass instead of keeping them from the forward (teraio.recast; default on)")
     p.add_argument("--gpu-profile", action="store_true",
                    help="after the measured steps, run one more step under torch.profiler (CUDA) and report "
                         "where its GPU time went (bench/gpu_profile.py): kernels, idle time with and without "
@@ -379,6 +388,25 @@ def enable_checkpointing(lm):
         block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
 
 
+def enable_selective_checkpointing(lm):
+    """The sac peer: PyTorch's selective activation checkpointing around every decoder layer."""
+    import torch.utils.checkpoint as ckpt
+
+    if not hasattr(ckpt, "create_selective_checkpoint_contexts"):
+        raise RuntimeError(f"sac needs PyTorch 2.4 or later (selective checkpointing); this is {torch.__version__}")
+    saved = {getattr(torch.ops.aten, name) for name in SAC_SAVED if hasattr(torch.ops.aten, name)}
+
+    def policy(ctx, op, *args, **kwargs):
+        keep = getattr(op, "overloadpacket", None) in saved
+        return ckpt.CheckpointPolicy.MUST_SAVE if keep else ckpt.CheckpointPolicy.PREFER_RECOMPUTE
+
+    def contexts():
+        return ckpt.create_selective_checkpoint_contexts(policy)
+
+    for block in lm.blocks:
+        block.forward = functools.partial(ckpt.checkpoint, block.forward, use_reentrant=False, context_fn=contexts)
+
+
 def shard_with_cpu_offload(lm):
     try:
         from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
@@ -432,7 +460,7 @@ def open_session(args, mode, device):
     return teraio.Session(gpu_budget=teraio_gpu_budget(args), host_budget=host, ssd=ssd,
                           ssd_capacity=args.ssd_capacity, warmup_steps=1, profile_steps=args.profile_steps,
                           device=device, record_releases=args.release_tracking == "on",
-                          copy_order=args.copy_order)
+                          copy_order=args.copy_order, recast_weights=args.recast_weights == "on")
 
 
 def configure_numerics(args, workload):
@@ -493,6 +521,8 @@ def train(args, workload, mode, device, result, stem):
     result["model"] = lm.description
     if mode == "ckpt":
         enable_checkpointing(lm)
+    elif mode == "sac":
+        enable_selective_checkpointing(lm)
     teraio_mode = mode.startswith("teraio")
     warmup = 1 + args.profile_steps if teraio_mode else args.warmup
     batches = batch_stream(lm, workload)
@@ -539,6 +569,9 @@ def train(args, workload, mode, device, result, stem):
             print(f"[{mode}] gpu profile: {gpu_profile.describe(result['gpu_profile'])}", flush=True)
         if session is not None:
             result["teraio"] = teraio_summary(session, f"{stem}-{mode}", args.save_trace)
+            if session.recasts is not None:
+                result["recast"] = session.recasts.describe()
+                print(f"[{mode}] teraio.recast: {result['recast']}", flush=True)
             # Closing brings every offloaded tensor back to the device, which a budget far below the
             # model states cannot hold: the measurements stand, the failure to close is reported.
             try:
@@ -884,9 +917,11 @@ def _exact(entry):
 
 
 def table_notes(table):
-    """What a mode chose on its own (teraio-recompute's count), below the table."""
+    """What a mode chose or did on its own (teraio-recompute's count, teraio.recast), below the table."""
     notes = [f"- {name}: {entry['recompute']['summary']}" for name, entry in table["modes"].items()
              if entry.get("recompute")]
+    notes += [f"- {name}: teraio.recast: {entry['recast']}" for name, entry in table["modes"].items()
+              if entry.get("recast")]
     return "\n" + "\n".join(notes) + "\n" if notes else ""
 
 

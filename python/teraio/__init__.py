@@ -3,16 +3,17 @@
 `teraio.Session` observes the first training steps, plans which idle tensors move to host
 memory or SSDs and when, and carries the plan out on every later step; `teraio.safetensors`
 loads and saves checkpoints through the same storage engine; `teraio.recompute` chooses how
-many layers to recompute (activation checkpointing) beside offloading.
+many layers to recompute (activation checkpointing) beside offloading; `teraio.recast` makes
+the bf16 copies autocast takes of each weight again in the backward pass instead of keeping them.
 """
 import torch  # noqa: F401  (loads libtorch before the native module that links against it)
 
 from . import _native
 from ._native import Error, format_bytes, parse_bytes
-from . import recompute
+from . import recast, recompute
 from .session import Report, Session
 
 __version__ = "0.1.0"
 build = _native.build
 
-__all__ = ["Error", "Report", "Session", "build", "format_bytes", "parse_bytes", "recompute"]
+__all__ = ["Error", "Report", "Session", "build", "format_bytes", "parse_bytes", "recast", "recompute"]

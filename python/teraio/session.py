@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-from . import _native
+from . import _native, recast
 
 _PHASES_THAT_PLAN = ("warmup", "profile")
 
@@ -169,6 +169,7 @@ class Session:
         _enqueue_host_copies=None,
         record_releases=False,
         copy_order="deadline",
+        recast_weights=False,
     ):
         if isinstance(ssd, (str, os.PathLike)):
             ssd = [ssd]
@@ -199,6 +200,8 @@ class Session:
             config[key] = float(value)
         self._native = _native.Session(config)
         self.last_step = None
+        # teraio.recast inside every step: None when off, else the counts so far.
+        self.recasts = recast.Recasts() if recast_weights else None
 
     @property
     def phase(self):
@@ -214,7 +217,8 @@ class Session:
         _refuse_what_bypasses_the_observer()
         self._native.begin_step()
         try:
-            yield self
+            with recast.weights(self.recasts) if self.recasts is not None else contextlib.nullcontext():
+                yield self
         except BaseException:
             self._native.abort_step()
             raise

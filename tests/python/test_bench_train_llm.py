@@ -27,7 +27,7 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
     # About a third of the tiny model's footprint: TeraIO must move tensors to the SSD tier.
     done = run_bench("--workload", "tiny", "--modes", ",".join(MODES), "--steps", "2", "--teraio-budget", "1MiB",
                      "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--out", str(out), "--plot",
-                     "--recompute-tier", "ssd", "--recompute-counts", "2,0")
+                     "--recompute-tier", "ssd", "--recompute-counts", "2,0", "--recast-weights", "on")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     table = json.loads((out / "tiny-nocap.json").read_text())
     markdown = (out / "tiny-nocap.md").read_text()
@@ -48,6 +48,8 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
     tuned = table["modes"]["teraio-recompute"]["steps"]
     assert sum(not s["measured"] for s in tuned) == recompute["tuning_steps"] and sum(s["measured"] for s in tuned) == 2
     assert f"- teraio-recompute: recompute {recompute['count']} of 2 layers" in markdown
+    # The tiny workload is fp32: recasting is on but has no copies to make again, and says so.
+    assert "- teraio-ssd: teraio.recast: 0 weight copies (0 B) kept as recipes, 0 cast again in backward" in markdown
     if importlib.util.find_spec("matplotlib") is not None:
         assert (out / "share_of_ideal.png").stat().st_size > 0
 
@@ -109,3 +111,15 @@ def test_gpu_profile_splits_idle_compute_time_by_whether_a_copy_ran(tmp_path):
     assert s["gaps_host_late_in_runtime_calls_s"] == {"cudaEventSynchronize": pytest.approx(480e-6)}
     assert "while copies ran" in gpu_profile.describe(s)
     assert "host in cudaEventSynchronize 0.000 s" in gpu_profile.describe(s)
+
+
+@pytest.mark.skipif(not hasattr(__import__("torch.utils.checkpoint").utils.checkpoint,
+                            "create_selective_checkpoint_contexts"),
+                    reason="selective checkpointing needs PyTorch >= 2.4")
+def test_selective_checkpointing_peer_runs_and_is_exact(tmp_path):
+    out = tmp_path / "out"
+    done = run_bench("--workload", "tiny", "--modes", "ideal,sac", "--steps", "2", "--out", str(out))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    table = json.loads((out / "tiny-nocap.json").read_text())
+    assert table["modes"]["sac"]["status"] == "ok", table["modes"]["sac"].get("error_detail")
+    assert table["modes"]["sac"]["summary"]["exact"] is True
