@@ -18,12 +18,16 @@ through device memory (about 0.4 ms for one W2 layer on an H100) and moves nothi
 
 The cast is PyTorch's own (`Tensor.to`), the same kernel autocast runs, so the values are bit for
 bit those kept before. A parameter changed in place between the forward and the backward pass
-would make the copy differ: that is detected (the parameter's version counter) and raised.
+would make the copy differ: its version counter catches that, and a swapped `.data` of another
+shape or stride, and both are raised; a swapped `.data` of the same layout is not detectable.
+Every other saved tensor is kept detached with its version, so that autograd's own check for
+in-place changes, which a saved-tensor hook turns off, still raises.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import warnings
 
 import torch
 
@@ -46,24 +50,40 @@ class Recasts:
 class _Recipe:
     parameter: torch.Tensor
     dtype: torch.dtype
-    version: int
-    size: torch.Size
+    version: int               # the parameter's, when the copy was saved
+    parameter_layout: tuple    # its size and stride then (a swapped `.data` of another layout is caught)
+    size: torch.Size           # the saved view of the copy
     stride: tuple
     offset: int
     counts: Recasts
 
 
+@dataclasses.dataclass(frozen=True)
+class _Kept:
+    """Any other saved tensor. Detached, because a saved output that keeps its own grad_fn would
+    form a reference cycle no collector frees when the graph goes without a backward; with its
+    version, because a saved-tensor hook turns off autograd's own check for in-place changes."""
+    tensor: torch.Tensor
+    version: int
+
+
+_cache_warned = False
+
+
 def _copied_parameter(tensor):
-    """The leaf parameter `tensor` is a dtype conversion of (or a view of one), else None."""
+    """The leaf parameter `tensor` is a fresh dtype conversion of (or a plain view of one), else None."""
+    if type(tensor) is not torch.Tensor or tensor.is_conj() or tensor.is_neg():
+        return None, None  # subclasses and lazy conjugate/negative views: kept as they are
     base = tensor._base if tensor._is_view() else tensor
     fn = base.grad_fn
-    if fn is None or type(fn).__name__ != "ToCopyBackward0":
+    if fn is None or type(fn).__name__ != "ToCopyBackward0" or base.dtype != tensor.dtype:
         return None, None
     source = fn.next_functions[0][0] if fn.next_functions else None
     parameter = getattr(source, "variable", None)  # AccumulateGrad of a leaf
     if (parameter is None or parameter.dtype == base.dtype or parameter.shape != base.shape
             or parameter.device != base.device or parameter.stride() != base.stride()
-            or base.storage_offset() != 0 or parameter.layout != torch.strided):
+            or base.storage_offset() != 0 or parameter.layout != torch.strided
+            or base._version != 0):  # a copy changed after the cast is no longer a recast
         return None, None
     return parameter, base
 
@@ -78,11 +98,12 @@ def weights(counts: Recasts | None = None):
     def pack(tensor):
         parameter, base = _copied_parameter(tensor)
         if parameter is None:
-            return tensor
+            return _Kept(tensor.detach(), tensor._version)
+        _warn_if_cached()
         counts.kept_as_recipe += 1
         counts.bytes_not_kept += base.numel() * base.element_size()
-        return _Recipe(parameter, base.dtype, parameter._version, tensor.size(), tensor.stride(),
-                       tensor.storage_offset(), counts)
+        return _Recipe(parameter, base.dtype, parameter._version, (tuple(parameter.shape), parameter.stride()),
+                       tensor.size(), tensor.stride(), tensor.storage_offset(), counts)
 
     previous = torch.is_autocast_cache_enabled()
     torch.set_autocast_cache_enabled(False)
@@ -93,15 +114,32 @@ def weights(counts: Recasts | None = None):
         torch.set_autocast_cache_enabled(previous)
 
 
+def _warn_if_cached():
+    # torch.autocast reads the cache setting when it is constructed: one built before weights()
+    # was entered, or given cache_enabled=True, caches the copies again. Still exact, but the
+    # copies then live to the end of the autocast region: said once.
+    global _cache_warned
+    if torch.is_autocast_cache_enabled() and not _cache_warned:
+        _cache_warned = True
+        warnings.warn("teraio.recast: autocast's cache is on inside recast.weights() (an autocast made before it, "
+                      "or cache_enabled=True), so weight copies still live to the end of the autocast region; "
+                      "make the autocast context inside weights() or pass cache_enabled=False", stacklevel=3)
+
+
 def _unpack(packed):
-    if not isinstance(packed, _Recipe):
-        return packed
-    if packed.parameter._version != packed.version:
-        from .session import _error
+    from .session import _error
+    if isinstance(packed, _Kept):
+        if packed.tensor._version != packed.version:
+            raise _error("teraio.recast: one of the tensors saved for the backward pass was modified by an in-place "
+                         f"operation (version {packed.tensor._version}, saved at {packed.version})",
+                         "invalid argument")
+        return packed.tensor
+    parameter = packed.parameter
+    if parameter._version != packed.version or (tuple(parameter.shape), parameter.stride()) != packed.parameter_layout:
         raise _error("teraio.recast: a parameter was modified in place between the forward and the backward pass, "
                      "so its cast copy cannot be made again (run the optimizer step after backward, or leave "
                      "teraio.recast.weights() off)", "invalid argument")
     packed.counts.recast += 1
     with torch.no_grad():
-        copy = packed.parameter.to(packed.dtype)
+        copy = parameter.to(packed.dtype)
     return copy.as_strided(packed.size, packed.stride, packed.offset)

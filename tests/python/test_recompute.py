@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import teraio
+from same_training import assert_same_training
 from teraio import recompute
 from teraio.models import GPT, GPTConfig, make_batch
 
@@ -49,15 +50,6 @@ def _reference(steps):
     return trainer
 
 
-def _assert_same(want, got):
-    assert len(got.losses) == len(want.losses)
-    for i, (w, g) in enumerate(zip(want.losses, got.losses)):
-        assert torch.equal(w, g), f"loss {i}: {g.item()!r} against {w.item()!r}"
-    for kind, ws, gs in zip(("parameter", "optimizer state"), want.state(), got.state()):
-        for i, (w, g) in enumerate(zip(ws, gs)):
-            assert torch.equal(w, g), f"{kind} {i} differs"
-
-
 def _footprint():
     trainer = Trainer()
     with teraio.Session(gpu_budget=None, device="cpu", warmup_steps=1, profile_steps=1) as session:
@@ -91,7 +83,7 @@ def test_checkpointed_training_is_exact_without_a_session():
     recompute.Recomputation(got.model.blocks).set(4)
     for _ in range(3):
         got.step()
-    _assert_same(want, got)
+    assert_same_training(want, got)
 
 
 def test_tune_measures_every_count_and_keeps_training_exact(tmp_path):
@@ -117,7 +109,7 @@ def test_tune_measures_every_count_and_keeps_training_exact(tmp_path):
     assert not any(s["diverged"] for s in steps), [s["diverged"] for s in steps]
     assert sum(s["bytes_offloaded"] for s in steps[-2:]) > 0
     session.close()
-    _assert_same(_reference(len(trainer.losses)), trainer)
+    assert_same_training(_reference(len(trainer.losses)), trainer)
 
 
 def test_reprofile_after_the_passive_phase_observes_again(tmp_path):
@@ -148,7 +140,7 @@ def test_reprofile_after_the_passive_phase_observes_again(tmp_path):
     session.close()
     with pytest.raises(teraio.Error, match="closed"):
         session.reprofile()
-    _assert_same(_reference(5), trainer)
+    assert_same_training(_reference(5), trainer)
 
 
 def test_reprofile_inside_a_step_is_refused(tmp_path):
