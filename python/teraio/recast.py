@@ -55,7 +55,6 @@ class _Recipe:
     size: torch.Size           # the saved view of the copy
     stride: tuple
     offset: int
-    counts: Recasts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,12 +102,18 @@ def weights(counts: Recasts | None = None):
         counts.kept_as_recipe += 1
         counts.bytes_not_kept += base.numel() * base.element_size()
         return _Recipe(parameter, base.dtype, parameter._version, (tuple(parameter.shape), parameter.stride()),
-                       tensor.size(), tensor.stride(), tensor.storage_offset(), counts)
+                       tensor.size(), tensor.stride(), tensor.storage_offset())
+
+    def unpack(packed):
+        tensor = _unpack(packed)
+        if isinstance(packed, _Recipe):
+            counts.recast += 1
+        return tensor
 
     previous = torch.is_autocast_cache_enabled()
     torch.set_autocast_cache_enabled(False)
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, _unpack):
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
             yield counts
     finally:
         torch.set_autocast_cache_enabled(previous)
@@ -127,19 +132,19 @@ def _warn_if_cached():
 
 
 def _unpack(packed):
-    from .session import _error
     if isinstance(packed, _Kept):
         if packed.tensor._version != packed.version:
+            from .session import _error  # here, not at the top: the session module imports this one
             raise _error("teraio.recast: one of the tensors saved for the backward pass was modified by an in-place "
                          f"operation (version {packed.tensor._version}, saved at {packed.version})",
                          "invalid argument")
         return packed.tensor
     parameter = packed.parameter
     if parameter._version != packed.version or (tuple(parameter.shape), parameter.stride()) != packed.parameter_layout:
+        from .session import _error
         raise _error("teraio.recast: a parameter was modified in place between the forward and the backward pass, "
                      "so its cast copy cannot be made again (run the optimizer step after backward, or leave "
                      "teraio.recast.weights() off)", "invalid argument")
-    packed.counts.recast += 1
     with torch.no_grad():
         copy = parameter.to(packed.dtype)
     return copy.as_strided(packed.size, packed.stride, packed.offset)

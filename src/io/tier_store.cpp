@@ -74,12 +74,10 @@ TierStore::TierStore(DeviceCopier& copier, EngineConfig config)
   if (!config_.ssd_paths.empty()) open_ssd_tier();
   const unsigned threads = std::max(1u, config_.transfer_threads);
   for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { run_queue(queue_); });
+  // A copier whose copies complete out of issue order: each watcher takes whichever is done.
+  const bool take_any_done = !copier_.completes_in_order();
   for (JobQueue* watch : {&to_host_watch_, &to_device_watch_}) {
-    if (copier_.completes_in_order()) {
-      workers_.emplace_back([this, watch] { run_queue(*watch); });
-    } else {
-      workers_.emplace_back([this, watch] { run_watch(*watch); });
-    }
+    workers_.emplace_back([this, watch, take_any_done] { run_queue(*watch, take_any_done); });
   }
 }
 
@@ -321,42 +319,31 @@ void TierStore::finish_job(Job& job, std::exception_ptr error) {
   job.state->finish(std::move(error));
 }
 
-void TierStore::run_queue(JobQueue& queue) {
+void TierStore::run_queue(JobQueue& queue, bool take_any_done) {
   for (;;) {
     Job job;
     {
       std::unique_lock lock(mutex_);
       queue.queued.wait(lock, [&] { return closing_ || !queue.jobs.empty(); });
       if (queue.jobs.empty()) return;
-      job = std::move(queue.jobs.front());
-      queue.jobs.pop_front();
-    }
-    run_job(job);
-  }
-}
-
-void TierStore::run_watch(JobQueue& queue) {
-  for (;;) {
-    Job job;
-    {
-      std::unique_lock lock(mutex_);
-      queue.queued.wait(lock, [&] { return closing_ || !queue.jobs.empty(); });
-      if (queue.jobs.empty()) return;
-      const auto done = std::find_if(queue.jobs.begin(), queue.jobs.end(), [](Job& j) {
-        try {
-          return j.state->device_side->ready();
-        } catch (...) {
-          return true;  // failed: the job's wait reports it
-        }
-      });
-      if (done == queue.jobs.end()) {
+      auto next = queue.jobs.begin();
+      if (take_any_done) {
+        next = std::find_if(queue.jobs.begin(), queue.jobs.end(), [](Job& j) {
+          try {
+            return j.state->device_side->ready();
+          } catch (...) {
+            return true;  // failed: the job's wait reports it
+          }
+        });
+      }
+      if (next == queue.jobs.end()) {
         // Copies take ~100 us and up: looking again a little later costs nothing they notice.
         lock.unlock();
         std::this_thread::sleep_for(std::chrono::microseconds(20));
         continue;
       }
-      job = std::move(*done);
-      queue.jobs.erase(done);
+      job = std::move(*next);
+      queue.jobs.erase(next);
     }
     run_job(job);
   }

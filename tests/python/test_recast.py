@@ -1,11 +1,13 @@
 """teraio.recast: the cast copies of weights are kept as recipes in the forward pass and made again
 in the backward pass, with gradients, losses and optimizer state bit for bit those of the same
 training without it, under a session too; less memory stays alive from forward to backward."""
+import contextlib
+
 import pytest
 import torch
 
 import teraio
-from same_training import assert_same_training
+from same_training import assert_same_training, footprint, reference
 from teraio import recast
 from teraio.models import GPT, GPTConfig, make_batch
 
@@ -24,7 +26,7 @@ class Trainer:
     def step(self, around=None):
         tokens, targets = make_batch(self.generator, CONFIG.batch, CONFIG.seq, CONFIG.vocab)
         for _ in range(2):  # two micro-batches: gradients accumulate
-            with around() if around else _nothing():
+            with around() if around else contextlib.nullcontext():
                 with torch.autocast("cpu", dtype=torch.bfloat16):
                     loss = self.model(tokens, targets)
             loss.backward()
@@ -37,27 +39,13 @@ class Trainer:
                 [t.detach().clone() for s in self.optimizer.state.values() for t in s.values()])
 
 
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
-def _reference(steps):
-    trainer = Trainer()
-    for _ in range(steps):
-        trainer.step()
-    return trainer
-
 
 def test_recast_training_is_exact_and_counts_what_it_did():
     counts = recast.Recasts()
     got = Trainer()
     for _ in range(3):
         got.step(lambda: recast.weights(counts))
-    assert_same_training(_reference(3), got)
+    assert_same_training(reference(Trainer, 3), got)
     # Every Linear's weight (and the tied head) is cast once per micro-batch and kept as a recipe.
     linears = sum(isinstance(m, torch.nn.Linear) for m in got.model.modules())
     assert counts.kept_as_recipe >= 6 * linears and counts.recast == counts.kept_as_recipe
@@ -69,7 +57,7 @@ def _saved_weights_after_forward(around):
     weight operand (the same storage each time it is read back) or makes it anew on each read."""
     trainer = Trainer()
     tokens, targets = make_batch(trainer.generator, CONFIG.batch, CONFIG.seq, CONFIG.vocab)
-    with around() if around else _nothing():
+    with around() if around else contextlib.nullcontext():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = trainer.model(tokens, targets)
     held, made, seen, stack = 0, 0, set(), [loss.grad_fn]
@@ -119,19 +107,11 @@ def test_fp32_training_keeps_everything_as_it_was():
     assert counts.kept_as_recipe == 0 and counts.recast == 0
 
 
-def _footprint():
-    trainer = Trainer()
-    with teraio.Session(gpu_budget=None, device="cpu", warmup_steps=1, profile_steps=1) as session:
-        for _ in range(2):
-            with session.step():
-                trainer.step()
-        return session.report()["footprint_bytes"]
-
 
 def test_a_session_with_recast_weights_stays_exact(tmp_path):
-    want = _reference(5)
+    want = reference(Trainer, 5)
     got = Trainer()
-    with teraio.Session(gpu_budget=_footprint() // 2, ssd=[tmp_path], ssd_capacity="64MiB", device="cpu", warmup_steps=1,
+    with teraio.Session(gpu_budget=footprint(Trainer) // 2, ssd=[tmp_path], ssd_capacity="64MiB", device="cpu", warmup_steps=1,
                         profile_steps=1, bandwidths=FAST, recast_weights=True) as session:
         for _ in range(5):
             with session.step():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import teraio
-from same_training import assert_same_training
+from same_training import assert_same_training, footprint, reference
 from teraio import recompute
 from teraio.models import GPT, GPTConfig, make_batch
 
@@ -43,20 +43,6 @@ class Trainer:
                 [t.detach().clone() for s in self.optimizer.state.values() for t in s.values()])
 
 
-def _reference(steps):
-    trainer = Trainer()
-    for _ in range(steps):
-        trainer.step()
-    return trainer
-
-
-def _footprint():
-    trainer = Trainer()
-    with teraio.Session(gpu_budget=None, device="cpu", warmup_steps=1, profile_steps=1) as session:
-        for _ in range(2):
-            with session.step():
-                trainer.step()
-        return session.report()["footprint_bytes"]
 
 
 def test_recomputation_wraps_the_last_layers_and_unwraps_them():
@@ -78,7 +64,7 @@ def test_recomputation_wraps_the_last_layers_and_unwraps_them():
 
 
 def test_checkpointed_training_is_exact_without_a_session():
-    want = _reference(3)
+    want = reference(Trainer, 3)
     got = Trainer()
     recompute.Recomputation(got.model.blocks).set(4)
     for _ in range(3):
@@ -87,7 +73,7 @@ def test_checkpointed_training_is_exact_without_a_session():
 
 
 def test_tune_measures_every_count_and_keeps_training_exact(tmp_path):
-    budget = _footprint() // 2
+    budget = footprint(Trainer) // 2
     trainer = Trainer()
     session = teraio.Session(gpu_budget=budget, ssd=[tmp_path], ssd_capacity="64MiB", device="cpu",
                              warmup_steps=1, profile_steps=1, bandwidths=FAST)
@@ -109,14 +95,14 @@ def test_tune_measures_every_count_and_keeps_training_exact(tmp_path):
     assert not any(s["diverged"] for s in steps), [s["diverged"] for s in steps]
     assert sum(s["bytes_offloaded"] for s in steps[-2:]) > 0
     session.close()
-    assert_same_training(_reference(len(trainer.losses)), trainer)
+    assert_same_training(reference(Trainer, len(trainer.losses)), trainer)
 
 
 def test_reprofile_after_the_passive_phase_observes_again(tmp_path):
     trainer = Trainer()
-    footprint = _footprint()
+    model_bytes = footprint(Trainer)
     # Room for everything: the session goes passive (nothing observed, nothing moved)...
-    session = teraio.Session(gpu_budget=footprint * 2, device="cpu", warmup_steps=1, profile_steps=1)
+    session = teraio.Session(gpu_budget=model_bytes * 2, device="cpu", warmup_steps=1, profile_steps=1)
     for _ in range(2):
         with session.step():
             trainer.step()
@@ -140,7 +126,7 @@ def test_reprofile_after_the_passive_phase_observes_again(tmp_path):
     session.close()
     with pytest.raises(teraio.Error, match="closed"):
         session.reprofile()
-    assert_same_training(_reference(5), trainer)
+    assert_same_training(reference(Trainer, 5), trainer)
 
 
 def test_reprofile_inside_a_step_is_refused(tmp_path):

@@ -162,9 +162,9 @@ class TierStore {
                             CopyPriority priority);
   void run_job(Job& job);
   void finish_job(Job& job, std::exception_ptr error);
-  void run_queue(JobQueue& queue);
-  // A watcher for a copier whose copies complete out of issue order: takes whichever is done.
-  void run_watch(JobQueue& queue);
+  // Runs the queue's jobs in order; with take_any_done (a watcher for a copier whose copies
+  // complete out of issue order) whichever job's copy is done first.
+  void run_queue(JobQueue& queue, bool take_any_done = false);
   void write_now(Record& record, const void* src, MemoryKind kind);
   void read_now(Record& record, void* dst, MemoryKind kind);
   void open_ssd_tier();
