@@ -45,8 +45,42 @@ def _overlap(a, b):
     return total
 
 
-def _split_gaps(gaps, enders, runtime):
-    """Host-late and device-wait time of the gaps (us), and the host-late time by runtime call.
+class _Scopes:
+    """The host-side scopes (operators, annotations such as the optimizer's step) of a trace,
+    per thread, to name what was being run when a kernel was launched. Scopes of one thread
+    nest, so one sweep gives each its outermost ancestor."""
+
+    def __init__(self, events):
+        self.by_thread = {}
+        for e in events:
+            if e.get("cat") in ("cpu_op", "user_annotation") and "dur" in e:
+                self.by_thread.setdefault(e.get("tid"), []).append((e["ts"], e["ts"] + e["dur"], e["name"]))
+        self.roots, self.starts = {}, {}
+        for tid, scopes in self.by_thread.items():
+            scopes.sort(key=lambda s: (s[0], -s[1]))
+            roots, stack = [], []
+            for i, (start, end, _) in enumerate(scopes):
+                while stack and scopes[stack[-1]][1] < end:
+                    stack.pop()
+                roots.append(roots[stack[0]] if stack else i)
+                stack.append(i)
+            self.roots[tid], self.starts[tid] = roots, [s[0] for s in scopes]
+
+    def at(self, tid, t, reach=20000):
+        """(outermost, innermost) names of the scopes around time t on a thread, or None."""
+        scopes = self.by_thread.get(tid)
+        if not scopes:
+            return None
+        i = bisect.bisect_right(self.starts[tid], t) - 1
+        for j in range(i, max(-1, i - reach), -1):
+            if scopes[j][1] >= t:
+                return scopes[self.roots[tid][j]][2], scopes[j][2]
+        return None
+
+
+def _split_gaps(gaps, enders, runtime, scopes=None):
+    """Host-late and device-wait time of the gaps (us), the host-late time by runtime call, and
+    by the outermost and innermost host scope that launched the kernel ending the gap.
 
     gaps: [start, end] idle intervals; enders: the kernel event that ends each gap; runtime:
     the trace's cuda_runtime events, from which each kernel's launch is found by correlation."""
@@ -58,7 +92,7 @@ def _split_gaps(gaps, enders, runtime):
         calls.sort()
     starts = {tid: [c[0] for c in calls] for tid, calls in by_thread.items()}
     host_late = device_wait = unmatched = 0.0
-    held_by = {}
+    held_by, outer, inner = {}, {}, {}
     for (g0, g1), ender in zip(gaps, enders):
         launch = launches.get(ender["args"].get("correlation"))
         if launch is None:
@@ -67,6 +101,10 @@ def _split_gaps(gaps, enders, runtime):
         late_end = min(max(launch["ts"], g0), g1)
         host_late += late_end - g0
         device_wait += g1 - late_end
+        named = scopes.at(launch.get("tid"), launch["ts"]) if scopes is not None else None
+        if named is not None and late_end > g0:
+            outer[named[0]] = outer.get(named[0], 0.0) + late_end - g0
+            inner[named[1]] = inner.get(named[1], 0.0) + late_end - g0
         calls, keys = by_thread[launch.get("tid")], starts[launch.get("tid")]
         # One thread's runtime calls do not overlap: only the last one begun before the gap
         # can reach into it.
@@ -77,7 +115,7 @@ def _split_gaps(gaps, enders, runtime):
             if shared > 0:
                 held_by[name] = held_by.get(name, 0.0) + shared
             i += 1
-    return host_late, device_wait, unmatched, held_by
+    return host_late, device_wait, unmatched, held_by, outer, inner
 
 
 def summarize_trace(path):
@@ -126,12 +164,17 @@ def summarize_trace(path):
     summary["compute_gaps_over_100us"] = len(long_idle)
     summary["compute_gaps_over_100us_s"] = sum(b - a for a, b in long_idle) / 1e6
     summary["compute_gaps_over_100us_during_copies_s"] = _overlap(long_idle, any_merged) / 1e6
-    late, wait, unmatched, held_by = _split_gaps(long_idle, [first_at[g1] for _, g1 in long_idle], runtime)
+    late, wait, unmatched, held_by, outer, inner = _split_gaps(
+        long_idle, [first_at[g1] for _, g1 in long_idle], runtime, _Scopes(events))
     summary["gaps_host_late_s"] = late / 1e6
     summary["gaps_device_wait_s"] = wait / 1e6
     summary["gaps_unattributed_s"] = unmatched / 1e6
     top = sorted(held_by.items(), key=lambda kv: -kv[1])[:8]
     summary["gaps_host_late_in_runtime_calls_s"] = {name: t / 1e6 for name, t in top}
+    # Which host scope launched the kernel the GPU waited for: the autograd node, optimizer
+    # step or forward operator the host was late in.
+    for key, by_name in (("gaps_host_late_by_outer_scope_s", outer), ("gaps_host_late_by_inner_scope_s", inner)):
+        summary[key] = {name: t / 1e6 for name, t in sorted(by_name.items(), key=lambda kv: -kv[1])[:8]}
     return summary
 
 
@@ -139,6 +182,16 @@ def held(summary):
     calls = summary.get("gaps_host_late_in_runtime_calls_s") or {}
     shown = ", ".join(f"{name} {t:.3f} s" for name, t in list(calls.items())[:4])
     return f" (host in {shown})" if shown else ""
+
+
+def late_scopes(summary):
+    """The scopes the host was late in, for printing (longest first)."""
+    lines = []
+    for key, what in (("gaps_host_late_by_outer_scope_s", "outermost"), ("gaps_host_late_by_inner_scope_s", "innermost")):
+        shown = ", ".join(f"{name} {t:.3f} s" for name, t in list((summary.get(key) or {}).items())[:5])
+        if shown:
+            lines.append(f"host late, by the {what} scope that launched the kernel waited for: {shown}")
+    return lines
 
 
 def describe(summary):

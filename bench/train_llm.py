@@ -56,6 +56,7 @@ if importlib.util.find_spec("teraio") is None:
     sys.path.append(str(pathlib.Path(__file__).resolve().parents[1] / "python"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import gpu_profile  # noqa: E402  (bench/gpu_profile.py)
+import host_watch  # noqa: E402  (bench/host_watch.py)
 
 SCRIPT = pathlib.Path(__file__).resolve()
 GIB = 1 << 30
@@ -111,7 +112,7 @@ LR = 1e-4
 STEP_FIELDS = ("phase", "mode", "stall_s", "bytes_to_host", "bytes_from_host", "bytes_to_ssd", "bytes_from_ssd",
                "demand_fetches", "evictions", "peak_resident")
 # Reported by newer native builds only (device-side waits): recorded when present.
-OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "allocation_retries", "stall_by_cause_s")
+OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "allocation_retries", "stall_by_cause_s", "callback_s")
 PLAN_PREDICTIONS = ("predicted_step_s", "predicted_stall_s", "bound_step_s", "profiled_step_s")
 
 
@@ -532,6 +533,8 @@ def train(args, workload, mode, device, result, stem):
             shard_with_cpu_offload(lm)
         optimizer = make_optimizer(lm.module)
         session = open_session(args, mode, device) if teraio_mode else None
+        watch = host_watch.HostWatch(device)
+        stack.callback(watch.close)
 
         def one_step(measured):
             loss = train_step(lm, optimizer, next(batches), workload, device, mode)
@@ -556,10 +559,12 @@ def train(args, workload, mode, device, result, stem):
         for i in range(warmup + args.steps):
             _sync(device)
             started = time.perf_counter()
-            with session.step() if session is not None else contextlib.nullcontext():
-                record, loss = one_step(i >= warmup)
-            _sync(device)
+            with watch.step() as held_up:
+                with session.step() if session is not None else contextlib.nullcontext():
+                    record, loss = one_step(i >= warmup)
+                _sync(device)
             record["time_s"] = time.perf_counter() - started
+            record.update(held_up)
             note_loss(record, loss)
             if session is not None:
                 record.update(session_fields(session.last_step))
@@ -567,6 +572,8 @@ def train(args, workload, mode, device, result, stem):
         if args.gpu_profile and device.type == "cuda":
             result["gpu_profile"] = profile_one_step(session, one_step, note_loss, f"{stem}-{mode}")
             print(f"[{mode}] gpu profile: {gpu_profile.describe(result['gpu_profile'])}", flush=True)
+            for line in gpu_profile.late_scopes(result["gpu_profile"]):
+                print(f"[{mode}] {line}", flush=True)
         if session is not None:
             result["teraio"] = teraio_summary(session, f"{stem}-{mode}", args.save_trace)
             if session.recasts is not None:
@@ -627,6 +634,13 @@ def print_step(args, mode, record, total):
         line += f"  {record['phase']}/{record['mode']} stall {record['stall_s']:.3f} s out {fmt_size(moved)}"
         if record["demand_fetches"]:
             line += f" demand {record['demand_fetches']}"
+        if record.get("callback_s") is not None:
+            line += f" callbacks {record['callback_s']:.3f} s"
+    if record.get("gc_collections"):
+        line += f" gc {record['gc_s']:.3f} s ({record['gc_collections']})"
+    if record.get("alloc_retries") or record.get("device_allocs") or record.get("device_frees"):
+        line += (f" allocator retries {record['alloc_retries']} allocs {record['device_allocs']}"
+                 f" frees {record['device_frees']}")
     print(line, flush=True)
 
 
@@ -844,7 +858,9 @@ def summarize(result, ideal_s, ideal_losses):
         "peak_reserved": result.get("peak_reserved"),
         "pinned_host_peak": result.get("pinned_host_peak"),
         **{key: median_of(steps, key) for key in ("bytes_to_host", "bytes_from_host", "bytes_to_ssd",
-                                                   "bytes_from_ssd", "stall_s", "device_stall_s", "demand_fetches")},
+                                                   "bytes_from_ssd", "stall_s", "device_stall_s", "demand_fetches",
+                                                   "callback_s", "gc_s", "gc_collections", "alloc_retries",
+                                                   "device_allocs", "device_frees")},
         "predicted_step_s": predicted,
         "model_error": predicted / median - 1 if predicted and median else None,
         "exact": same_losses(result, ideal_losses),
@@ -922,6 +938,11 @@ def table_notes(table):
              if entry.get("recompute")]
     notes += [f"- {name}: teraio.recast: {entry['recast']}" for name, entry in table["modes"].items()
               if entry.get("recast")]
+    notes += [f"- {name}: {host_watch.describe(entry['summary'])}" for name, entry in table["modes"].items()
+              if host_watch.describe(entry.get("summary", {}))]
+    notes += [f"- {name}: TeraIO's operator callbacks took {entry['summary']['callback_s']:.3f} s of host time per "
+              f"measured step (median)" for name, entry in table["modes"].items()
+              if entry.get("summary", {}).get("callback_s") is not None]
     return "\n" + "\n".join(notes) + "\n" if notes else ""
 
 

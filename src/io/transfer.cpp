@@ -1,8 +1,15 @@
 #include "teraio/io/transfer.hpp"
 
+#include <atomic>
+
 #include "teraio/core/error.hpp"
 
 namespace teraio::io {
+namespace {
+
+std::atomic<std::uint64_t> g_finished{0};
+
+}  // namespace
 
 void TransferState::finish(std::exception_ptr failure) {
   {
@@ -10,7 +17,13 @@ void TransferState::finish(std::exception_ptr failure) {
     error = std::move(failure);
     done = true;
   }
+  // Counted after `done`, so that a count read later covers it (see finished_count()).
+  g_finished.fetch_add(1, std::memory_order_acq_rel);
   finished.notify_all();
+}
+
+std::uint64_t Transfer::finished_count() {
+  return g_finished.load(std::memory_order_acquire);
 }
 
 void Transfer::wait() const {

@@ -134,6 +134,17 @@ Location Executor::location(TensorId id) const {
   return state_->entry(id).location;
 }
 
+bool Executor::in_flight(TensorId id) const {
+  std::lock_guard lock(state_->mutex);
+  const auto found = state_->entries.find(id);
+  return found != state_->entries.end() && State::in_flight_location(found->second.location);
+}
+
+std::uint64_t Executor::settled_changes() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->settled_changes;
+}
+
 std::uint64_t Executor::resident_bytes() const {
   std::lock_guard lock(state_->mutex);
   return state_->resident;

@@ -92,6 +92,18 @@ struct Executor::State {
     bool dropped = false;
   };
   std::vector<Settling> settling;  // in submission order
+  // retire_completed() looks at each transfer above only when one may have become ready since
+  // it last looked (a transfer finished somewhere, or one was added): it runs before and after
+  // every operator, and each look takes a lock per transfer in flight.
+  std::uint64_t finished_seen = ~std::uint64_t{0};
+  bool retire_due = true;
+  // Bumped whenever a tensor leaves kOffloading or kFetching (its transfer settled, or it was
+  // forgotten meanwhile): see Executor::settled_changes().
+  std::uint64_t settled_changes = 0;
+
+  static bool in_flight_location(Location location) {
+    return location == Location::kOffloading || location == Location::kFetching;
+  }
   std::uint64_t use_clock = 0;
   std::uint64_t resident = 0;
   std::uint64_t steps_begun = 0;
@@ -110,6 +122,7 @@ struct Executor::State {
   static bool idle_candidate(const Entry& e) { return e.location == Location::kDevice && e.bytes > 0; }
 
   void set_location(TensorId id, Entry& e, Location location) {
+    if (in_flight_location(e.location) && !in_flight_location(location)) ++settled_changes;
     if (idle_candidate(e)) idle.erase({e.last_use, id});
     if (executor_detail::holds_device_memory(e.location)) resident -= e.bytes;
     e.location = location;

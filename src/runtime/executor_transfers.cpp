@@ -10,6 +10,7 @@ using namespace executor_detail;
 void Executor::State::start_span(TensorId id, Entry& e, plan::Direction direction, bool planned) {
   e.span = TransferSpan{id, direction, plan_tier(e.extent->tier), e.bytes, planned, now_s(), 0};
   in_flight.push_back(id);
+  retire_due = true;
   count_bytes(direction, e.extent->tier, e.bytes);
 }
 
@@ -106,6 +107,7 @@ void Executor::State::settle_on_device(TensorId id, Entry& e) {
   }
   ++stats.device_waits;
   settling.push_back(std::move(settled));
+  retire_due = true;
 }
 
 std::optional<std::string> Executor::State::wait_out(TensorId id, Entry& e, OpIndex op, StallCause cause) {
@@ -199,6 +201,7 @@ void Executor::State::take_back(TensorId id, Entry& e, OpIndex op) {
     // extent goes back once the host sees the copy done.
     Settling dropped{id, close_transfer_open(id, e), e.span, std::exchange(e.extent, std::nullopt), true};
     settling.push_back(std::move(dropped));
+    retire_due = true;
     set_location(id, e, Location::kDevice);
     ++stats.cancelled_offloads;
     return;
@@ -214,6 +217,11 @@ void Executor::State::take_back(TensorId id, Entry& e, OpIndex op) {
 }
 
 std::exception_ptr Executor::State::retire_completed() {
+  // Read before looking: a transfer that finishes meanwhile raises the count again.
+  const std::uint64_t finished = io::Transfer::finished_count();
+  if (!retire_due && finished == finished_seen) return nullptr;
+  finished_seen = finished;
+  retire_due = false;
   std::exception_ptr settled_failure;
   for (std::size_t i = settling.size(); i-- > 0;) {
     if (!settling[i].transfer.ready()) continue;
@@ -266,6 +274,7 @@ void Executor::State::forget(std::unordered_map<TensorId, Entry>::iterator found
   if (e.extent) store.release(*e.extent);
   if (idle_candidate(e)) idle.erase({e.last_use, id});
   if (holds_device_memory(e.location)) resident -= e.bytes;
+  if (in_flight_location(e.location)) ++settled_changes;
   entries.erase(found);
 }
 

@@ -25,6 +25,7 @@ py::dict step_dict(const StepRecord& r) {
   d["stall_s"] = s.stall_s;
   d["device_stall_s"] = r.device_stall_s;
   d["device_waits"] = s.device_waits;
+  d["callback_s"] = r.callback_s;
   d["allocation_retries"] = s.allocation_retries;
   py::dict by_cause;
   for (std::size_t c = 0; c < runtime::kStallCauseCount; ++c)

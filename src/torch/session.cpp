@@ -178,6 +178,7 @@ void Session::begin_step() {
     executor_->set_mode(step_mode());
     executor_->begin_step();
   }
+  callback_ns_.store(0, std::memory_order_relaxed);
   step_start_ = std::chrono::steady_clock::now();
 }
 
@@ -199,6 +200,7 @@ StepRecord Session::end_step() {
   if (device_.is_cuda()) c10::cuda::getCurrentCUDAStream(device_.index()).synchronize();
 #endif
   record.time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count();
+  record.callback_s = static_cast<double>(callback_ns_.exchange(0, std::memory_order_relaxed)) * 1e-9;
   if (observing_) {
     remove_dead();
     if (phase_ == SessionPhase::kPlanned && trace_ && op_counter_ != trace_->ops.size() && !diverged_) {

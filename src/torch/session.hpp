@@ -91,6 +91,9 @@ struct StepRecord {
   // GPU time the compute stream waited for copies handed to the device (CUDA; not in
   // stats.stall_s, which is the operator thread's own waiting).
   double device_stall_s = 0;
+  // Host time the training threads spent in TeraIO's operator callbacks: the runtime's own
+  // overhead, which delays kernel launches wherever the host is not far ahead of the GPU.
+  double callback_s = 0;
   std::size_t ops = 0;
   bool diverged = false;
   bool planned_now = false;  // the plan was made at the end of this step
@@ -158,6 +161,8 @@ class Session {
   };
   void on_op_start(const at::RecordFunction& fn, OpState& op, int depth, trace::Phase phase);
   void on_op_end(const at::RecordFunction& fn, OpState& op, int depth);
+  // Time the observer spent in this session's callbacks (any thread), for the step's record.
+  void add_callback_time(std::uint64_t ns) { callback_ns_.fetch_add(ns, std::memory_order_relaxed); }
 
  private:
   // Refuses `call` on a closed session, inside a step or inside resident(); raises a pending
@@ -236,6 +241,7 @@ class Session {
   bool divergence_reported_ = false;
   std::exception_ptr pending_error_;
   std::atomic<bool> interrupt_due_{false};
+  std::atomic<std::uint64_t> callback_ns_{0};
   std::string closed_engine_report_;
   std::chrono::steady_clock::time_point step_start_;
   std::vector<StepRecord> steps_;

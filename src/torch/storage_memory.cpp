@@ -61,6 +61,7 @@ void StorageMemory::hold(TensorId id) {
     held_.erase(found);
   }
   c10::DataPtr& slot = held_[id];
+  held_changed_ = true;
   // Taken out first: on PyTorch 2 that materializes a copy-on-write buffer, so the alias
   // points at memory this storage alone owns.
   slot = impl->set_data_ptr(c10::DataPtr(nullptr, impl->device()));
@@ -122,6 +123,7 @@ void* StorageMemory::reallocate(TensorId id) {
   }
   void* start = fresh.get();
   held_.insert_or_assign(id, std::move(fresh));
+  held_changed_ = true;
   impl->set_data_ptr_noswap(c10::DataPtr(start, impl->device()));
 #ifdef TERAIO_TORCH_CUDA
   // The caching allocator hands out blocks whose last users may still be queued on the
@@ -142,12 +144,14 @@ void StorageMemory::trim() {
 }
 
 void StorageMemory::hand_back_settled(const runtime::Executor& executor) {
+  // Read before looking: a transfer settling meanwhile changes the count again.
+  const std::uint64_t changes = executor.settled_changes();
+  if (!held_changed_ && changes == changes_seen_) return;
+  changes_seen_ = changes;
+  held_changed_ = false;
   std::vector<TensorId> settled;
   for (const auto& [id, owning] : held_) {
-    const bool in_flight =
-        executor.contains(id) && (executor.location(id) == runtime::Location::kOffloading ||
-                                  executor.location(id) == runtime::Location::kFetching);
-    if (!in_flight) settled.push_back(id);
+    if (!executor.in_flight(id)) settled.push_back(id);
   }
   for (const TensorId id : settled) hand_back(id);
 }

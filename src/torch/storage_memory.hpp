@@ -66,6 +66,10 @@ class StorageMemory final : public runtime::TensorMemory {
   std::unique_ptr<DeviceWaitClock> clock_;
   // Owning pointers of the memory of transfers in flight, by tensor.
   std::unordered_map<TensorId, c10::DataPtr> held_;
+  // hand_back_settled() runs several times per operator: it looks through held_ only when
+  // memory was taken since it last did, or a transfer settled (Executor::settled_changes).
+  bool held_changed_ = true;
+  std::uint64_t changes_seen_ = ~std::uint64_t{0};
 };
 
 }  // namespace teraio::torch_binding

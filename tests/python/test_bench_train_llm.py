@@ -50,6 +50,12 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
     assert f"- teraio-recompute: recompute {recompute['count']} of 2 layers" in markdown
     # The tiny workload is fp32: recasting is on but has no copies to make again, and says so.
     assert "- teraio-ssd: teraio.recast: 0 weight copies (0 B) kept as recipes, 0 cast again in backward" in markdown
+    # What held the host up: TeraIO's callbacks in its modes, Python's collector in every mode.
+    assert all(s["callback_s"] > 0 for s in teraio_steps if s["measured"])
+    assert "- teraio-ssd: TeraIO's operator callbacks took" in markdown
+    assert all(s["gc_s"] >= 0 and s["gc_collections"] >= 0 for e in table["modes"].values() for s in e["steps"]
+               if s["measured"])
+    assert "- ideal: Python's collector" in markdown
     if importlib.util.find_spec("matplotlib") is not None:
         assert (out / "share_of_ideal.png").stat().st_size > 0
 
@@ -94,6 +100,12 @@ def test_gpu_profile_splits_idle_compute_time_by_whether_a_copy_ran(tmp_path):
               kernel(0, 50, stream=3), copy(100, 150, "DtoH", 150_000), copy(200, 400, "HtoD", 800_000),
               runtime("cudaLaunchKernel", 50, 5, 1, correlation=2), runtime("cudaEventSynchronize", 350, 530, 1),
               runtime("cudaLaunchKernel", 900, 5, 1, correlation=3), runtime("cudaMalloc", 400, 500, 2)]
+    # Thread 1 launched the kernel ending the late gap from aten::_fused_adamw_ inside the
+    # optimizer's step (an earlier operator of that step ended before the launch).
+    scope = lambda cat, name, ts, dur: {"cat": cat, "name": name, "ts": ts, "dur": dur, "tid": 1}  # noqa: E731
+    events += [scope("user_annotation", "Optimizer.step#AdamW.step", 340, 700),
+               scope("cpu_op", "aten::add_", 345, 5), scope("cpu_op", "aten::_fused_adamw_", 890, 20),
+               scope("cpu_op", "aten::linear", 40, 20)]
     path = tmp_path / "trace.json"
     path.write_text(json.dumps({"traceEvents": events}))
     s = gpu_profile.summarize_trace(str(path))
@@ -111,6 +123,9 @@ def test_gpu_profile_splits_idle_compute_time_by_whether_a_copy_ran(tmp_path):
     assert s["gaps_host_late_in_runtime_calls_s"] == {"cudaEventSynchronize": pytest.approx(480e-6)}
     assert "while copies ran" in gpu_profile.describe(s)
     assert "host in cudaEventSynchronize 0.000 s" in gpu_profile.describe(s)
+    assert s["gaps_host_late_by_outer_scope_s"] == {"Optimizer.step#AdamW.step": pytest.approx(500e-6)}
+    assert s["gaps_host_late_by_inner_scope_s"] == {"aten::_fused_adamw_": pytest.approx(500e-6)}
+    assert any("Optimizer.step#AdamW.step 0.001 s" in line for line in gpu_profile.late_scopes(s))
 
 
 @pytest.mark.skipif(not hasattr(__import__("torch.utils.checkpoint").utils.checkpoint,

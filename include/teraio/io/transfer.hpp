@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -35,6 +36,10 @@ class Transfer {
   bool ready() const;
   // Waits at most timeout; true when finished (then wait() returns or throws at once).
   bool wait_for(std::chrono::nanoseconds timeout) const;
+  // How many transfers of this process have finished so far. A transfer counts after it is
+  // ready(): one that was not ready when this was read becomes ready only with a larger count,
+  // so a poller that saw no change can skip looking at each transfer it watches.
+  static std::uint64_t finished_count();
   bool valid() const { return state_ != nullptr; }
   // For a transfer whose device-memory side is one copy enqueued when it was submitted (host
   // tier <-> CUDA device memory): that copy's event. Work ordered after it on the device

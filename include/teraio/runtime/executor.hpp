@@ -133,6 +133,12 @@ class Executor {
   Location location(TensorId id) const;  // Error{kInvalidArgument} for an unknown id
   std::uint64_t resident_bytes() const;  // tracked bytes holding device memory now
   std::size_t tensor_count() const;
+  // True while the tensor's transfer holds its device memory (kOffloading or kFetching); false
+  // for unknown ids.
+  bool in_flight(TensorId id) const;
+  // Grows whenever a tensor leaves kOffloading or kFetching (or is removed in flight): while it
+  // is unchanged, in_flight() is unchanged for every tensor that was in flight.
+  std::uint64_t settled_changes() const;
 
   void begin_step();
   // Before operator k of the step: retires completed transfers (releasing the memory of

@@ -1,0 +1,69 @@
+"""What held the host up during a training step, beside TeraIO's own operator callbacks.
+
+train_llm.py's --gpu-profile shows where the GPU waited for the host. Two causes outside
+TeraIO show up there as host time without a CUDA call: Python's garbage collector (a full
+collection over a large model's objects takes milliseconds, and saved-tensor hooks make
+Python objects per saved tensor) and the CUDA caching allocator's slow path (a cap hit frees
+cached blocks and retries; expandable segments map and unmap memory). HostWatch counts both
+per step: the collector through gc.callbacks, the allocator from torch.cuda.memory_stats.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+
+import torch
+
+# torch.cuda.memory_stats counters of the allocator's slow paths (absent ones read as 0).
+ALLOCATOR_COUNTERS = {"num_alloc_retries": "alloc_retries", "num_device_alloc": "device_allocs",
+                      "num_device_free": "device_frees", "num_sync_all_streams": "allocator_syncs"}
+
+
+class HostWatch:
+    def __init__(self, device):
+        self.device = device
+        self.gc_s = 0.0
+        self.collections = 0
+        self._started = None
+        gc.callbacks.append(self._on_gc)
+
+    def close(self):
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase, info):
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            self.gc_s += time.perf_counter() - self._started
+            self.collections += 1
+            self._started = None
+
+    def _allocator(self):
+        if self.device.type != "cuda":
+            return {}
+        stats = torch.cuda.memory_stats(self.device)
+        return {name: stats.get(key, 0) for key, name in ALLOCATOR_COUNTERS.items()}
+
+    @contextlib.contextmanager
+    def step(self):
+        """Yields a dict that holds, once the block is done, the step's collector time and
+        collections and the allocator counters' growth."""
+        gc_s, collections, allocator = self.gc_s, self.collections, self._allocator()
+        fields = {}
+        yield fields
+        after = self._allocator()
+        fields.update(gc_s=self.gc_s - gc_s, gc_collections=self.collections - collections,
+                      **{name: after[name] - allocator[name] for name in after})
+
+
+def describe(summary):
+    """One line from a mode's summary (medians per measured step), or None without data."""
+    if summary.get("gc_s") is None:
+        return None
+    line = f"Python's collector {summary['gc_s']:.3f} s ({summary['gc_collections']:g} collections)"
+    if summary.get("alloc_retries") is not None:
+        line += (f"; CUDA allocator {summary['alloc_retries']:g} retries after freeing its cache, "
+                 f"{summary['device_allocs']:g} device allocations and {summary['device_frees']:g} frees")
+    return line + " per measured step (median)"
