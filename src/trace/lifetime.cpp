@@ -89,6 +89,12 @@ std::vector<std::uint64_t> active_bytes(const Trace& trace) {
   return active;
 }
 
+void scale_durations(Trace& trace, double factor) {
+  if (!(factor > 0) || factor > 100)
+    throw Error(ErrorKind::kInvalidArgument, cat("the time scale must be in (0, 100], not ", factor));
+  for (Operator& op : trace.ops) op.duration_s *= factor;
+}
+
 Trace extract_step(const Trace& trace, std::size_t step) {
   if (step >= trace.step_begins.size())
     throw Error(ErrorKind::kInvalidArgument,

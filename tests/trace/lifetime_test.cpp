@@ -170,6 +170,18 @@ TEST(MemoryDemand, MatchesBruteForceOnRandomTraces) {
   }
 }
 
+TEST(ScaleDurations, MultipliesEveryOperatorAndRefusesBadFactors) {
+  Trace t = make_trace({1, 2, 0.5});
+  add_tensor(t, 10, {0, 2});
+  scale_durations(t, 0.5);
+  EXPECT_EQ(op_start_times(t), (std::vector<double>{0, 0.5, 1.5, 1.75}));
+  EXPECT_EQ(t.tensors[0].uses, (std::vector<OpIndex>{0, 2}));
+  for (const double bad : {0.0, -1.0, 101.0, std::nan("")}) {
+    EXPECT_THROW(scale_durations(t, bad), Error) << bad;
+  }
+  EXPECT_EQ(op_start_times(t).back(), 1.75);
+}
+
 TEST(ExtractStep, ReindexesOpsAndDropsUnusedTensors) {
   Trace t = make_trace({1, 2, 3, 4, 5});
   t.step_begins = {0, 2};

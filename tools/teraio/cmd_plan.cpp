@@ -45,13 +45,14 @@ int run_plan(const std::vector<std::string>& raw_args) {
   opts.add_flag("over-budget-credit", "credit a migration only with the over-budget bytes it removes");
   add_stall_options(opts);
   add_hardware_options(opts);
+  add_time_scale_option(opts);
   std::vector<std::string> args;
   for (const std::string& a : raw_args) args.push_back(a == "-o" ? "--output" : a);
   if (!opts.parse(args)) {
     std::printf("%s", opts.help().c_str());
     return 0;
   }
-  const trace::Trace t = one_step(trace::load_trace(*opts.positional("trace")), opts.integer("step"));
+  const trace::Trace t = load_step(opts);
   plan::Hardware hw = hardware_from_options(opts, plan::Hardware{});
   if (opts.has("host")) hw.host_capacity = opts.bytes("host");
   if (opts.has("ssd")) hw.ssd_capacity = opts.bytes("ssd");

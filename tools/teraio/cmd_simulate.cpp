@@ -97,12 +97,13 @@ int run_simulate(const std::vector<std::string>& args) {
                 "keep the budget hard: wait for offloads, evict and fetch on demand (reactive mode)");
   add_stall_options(opts);
   add_hardware_options(opts);
+  add_time_scale_option(opts);
   if (!opts.parse(args)) {
     std::printf("%s", opts.help().c_str());
     return 0;
   }
   // Cut to one step here, before planning, so that a plan made here and the replay agree.
-  const trace::Trace t = one_step(trace::load_trace(*opts.positional("trace")), opts.integer("step"));
+  const trace::Trace t = load_step(opts);
   plan::Plan p;
   plan::Hardware hw;
   bool planned_here = false;

@@ -30,11 +30,12 @@ int run_sweep(const std::vector<std::string>& args) {
   opts.add("csv", "write the points as CSV to this file", "sweep.csv");
   opts.add("plot", "also write a PNG plot (via scripts/plot_sweep.py); empty to skip", "sweep.png");
   add_hardware_options(opts);
+  add_time_scale_option(opts);
   if (!opts.parse(args)) {
     std::printf("%s", opts.help().c_str());
     return 0;
   }
-  const trace::Trace t = one_step(trace::load_trace(*opts.positional("trace")), opts.integer("step"));
+  const trace::Trace t = load_step(opts);
   plan::SweepOptions so;
   so.base = hardware_from_options(opts, plan::Hardware{});
   so.mode = plan::parse_sweep_mode(opts.str("mode"));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 
 #include "teraio/core/error.hpp"
 #include "teraio/core/options.hpp"
@@ -55,6 +56,24 @@ inline plan::Hardware hardware_from_options(const Options& opts, plan::Hardware 
 inline trace::Trace one_step(trace::Trace t, std::int64_t step) {
   if (step < 0) throw Error(ErrorKind::kInvalidArgument, "--step must not be negative");
   if (t.step_begins.size() > 1 || step > 0) return trace::extract_step(t, static_cast<std::size_t>(step));
+  return t;
+}
+
+inline void add_time_scale_option(Options& opts) {
+  opts.add("time-scale",
+           "multiply every operator's time by this factor: measured GPU time over the profiled step "
+           "calibrates a TeraIO profile, whose operator times are inflated",
+           "1");
+}
+
+// The step to plan (--step) with its operator times scaled (--time-scale), said when scaled.
+inline trace::Trace load_step(const Options& opts) {
+  trace::Trace t = one_step(trace::load_trace(*opts.positional("trace")), opts.integer("step"));
+  const double factor = opts.number("time-scale");
+  if (factor != 1) {
+    trace::scale_durations(t, factor);
+    std::printf("operator times scaled by %g\n", factor);
+  }
   return t;
 }
 
