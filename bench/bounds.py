@@ -84,7 +84,8 @@ def main(argv=None):
     print("| configuration | profiled (s) | compute (s) | scale | planned, simulated (s) | over budget | bound (s) |"
           " bound's reason |")
     print("|---|---|---|---|---|---|---|---|")
-    share = lambda s: f"{s:.3f} ({args.ideal / s:.1%})"  # noqa: E731
+    # A budget no plan can hold has no bound (the summary's infinity reads as null).
+    share = lambda s: "–" if s is None else f"{s:.3f} ({args.ideal / s:.1%})"  # noqa: E731
     with tempfile.TemporaryDirectory() as workdir:
         for name, trace, compute in args.configs:
             profiled = simulate(cli, trace, args, 1.0, workdir)[0]["ideal_s"]

@@ -48,34 +48,42 @@ def _overlap(a, b):
 class _Scopes:
     """The host-side scopes (operators, annotations such as the optimizer's step) of a trace,
     per thread, to name what was being run when a kernel was launched. Scopes of one thread
-    nest, so one sweep gives each its outermost ancestor."""
+    nest, so one sweep gives each its parent; every scope around a time is an ancestor of the
+    last scope begun by then."""
 
     def __init__(self, events):
         self.by_thread = {}
         for e in events:
             if e.get("cat") in ("cpu_op", "user_annotation") and "dur" in e:
                 self.by_thread.setdefault(e.get("tid"), []).append((e["ts"], e["ts"] + e["dur"], e["name"]))
-        self.roots, self.starts = {}, {}
+        self.parents, self.starts = {}, {}
         for tid, scopes in self.by_thread.items():
             scopes.sort(key=lambda s: (s[0], -s[1]))
-            roots, stack = [], []
-            for i, (start, end, _) in enumerate(scopes):
-                while stack and scopes[stack[-1]][1] < end:
+            parents, stack = [], []
+            for i, (start, _, _) in enumerate(scopes):
+                # A scope ends its open ones that ended before it began (not those whose end is
+                # rounded a little past a child's: the child still nests).
+                while stack and scopes[stack[-1]][1] <= start:
                     stack.pop()
-                roots.append(roots[stack[0]] if stack else i)
+                parents.append(stack[-1] if stack else -1)
                 stack.append(i)
-            self.roots[tid], self.starts[tid] = roots, [s[0] for s in scopes]
+            self.parents[tid], self.starts[tid] = parents, [s[0] for s in scopes]
 
-    def at(self, tid, t, reach=20000):
+    def at(self, tid, t):
         """(outermost, innermost) names of the scopes around time t on a thread, or None."""
         scopes = self.by_thread.get(tid)
         if not scopes:
             return None
+        parents = self.parents[tid]
         i = bisect.bisect_right(self.starts[tid], t) - 1
-        for j in range(i, max(-1, i - reach), -1):
-            if scopes[j][1] >= t:
-                return scopes[self.roots[tid][j]][2], scopes[j][2]
-        return None
+        while i >= 0 and scopes[i][1] < t:
+            i = parents[i]
+        if i < 0:
+            return None
+        outer = i
+        while parents[outer] >= 0:
+            outer = parents[outer]
+        return scopes[outer][2], scopes[i][2]
 
 
 def _split_gaps(gaps, enders, runtime, scopes=None):

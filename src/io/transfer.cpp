@@ -18,7 +18,7 @@ void TransferState::finish(std::exception_ptr failure) {
     done = true;
   }
   // Counted after `done`, so that a count read later covers it (see finished_count()).
-  g_finished.fetch_add(1, std::memory_order_acq_rel);
+  g_finished.fetch_add(1, std::memory_order_release);
   finished.notify_all();
 }
 

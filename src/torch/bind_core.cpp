@@ -53,6 +53,13 @@ void bind_core(py::module_& m) {
   m.def(
       "_storage_references", [](const at::Tensor& tensor) { return tensor.storage().use_count(); },
       py::arg("tensor"));
+  // Whether a storage owns its memory, or points at memory TeraIO holds for a transfer through
+  // a non-owning alias (no deleter): once transfers settle every storage owns its memory again,
+  // which record_stream, for one, relies on.
+  m.def(
+      "_storage_owns_memory",
+      [](const at::Tensor& tensor) { return tensor.storage().data_ptr().get_deleter() != nullptr; },
+      py::arg("tensor"));
 
   py::dict build;
   build["torch"] = TORCH_VERSION;

@@ -91,8 +91,9 @@ struct StepRecord {
   // GPU time the compute stream waited for copies handed to the device (CUDA; not in
   // stats.stall_s, which is the operator thread's own waiting).
   double device_stall_s = 0;
-  // Host time the training threads spent in TeraIO's operator callbacks: the runtime's own
-  // overhead, which delays kernel launches wherever the host is not far ahead of the GPU.
+  // Host time the training threads spent in TeraIO's operator callbacks, nested operators'
+  // included: the runtime's own overhead plus the operator thread's waits (stats.stall_s),
+  // which delay kernel launches wherever the host is not far ahead of the GPU.
   double callback_s = 0;
   std::size_t ops = 0;
   bool diverged = false;

@@ -138,3 +138,22 @@ def test_selective_checkpointing_peer_runs_and_is_exact(tmp_path):
     table = json.loads((out / "tiny-nocap.json").read_text())
     assert table["modes"]["sac"]["status"] == "ok", table["modes"]["sac"].get("error_detail")
     assert table["modes"]["sac"]["summary"]["exact"] is True
+
+
+def test_gpu_profile_scopes_nest_by_parent():
+    sys.path.insert(0, str(SCRIPT.parent))
+    import gpu_profile
+
+    def op(name, start, end):
+        return {"cat": "cpu_op", "name": name, "ts": start, "dur": end - start, "tid": 1}
+
+    # A child whose end is rounded past its parent's still nests, and so does a later sibling.
+    scopes = gpu_profile._Scopes([op("P", 0, 100), op("C", 10, 100.001), op("S", 95, 99)])
+    assert scopes.at(1, 97) == ("P", "S")
+    assert scopes.at(1, 99.5) == ("P", "C")
+    assert scopes.at(1, 200) is None and scopes.at(2, 50) is None
+    # Between the 30,000 operators of one long scope, the long scope is found (no search limit).
+    scopes = gpu_profile._Scopes([op("Optimizer.step", 0, 10**6)] + [op("aten::mul", 10 * i + 1, 10 * i + 5)
+                                                                      for i in range(30000)])
+    assert scopes.at(1, 299998) == ("Optimizer.step", "Optimizer.step")
+    assert scopes.at(1, 3) == ("Optimizer.step", "aten::mul")

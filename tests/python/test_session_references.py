@@ -8,6 +8,8 @@ diverged and ran reactive; test_training_exact.py::test_sgd_momentum_exact[cpu] 
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 import teraio
@@ -34,3 +36,25 @@ def test_moved_storages_keep_only_the_programs_references():
     assert all(s["planned_offloads"] > 0 and s["evictions"] > 0 for s in steps[2:])
     assert all(refs == [1, 1, 1] for refs in seen), seen
 
+
+
+def test_settled_transfers_give_every_storage_its_memory_back():
+    # While a transfer is in flight TeraIO holds the memory and the storage points at it through
+    # an alias. The session looks for settled transfers only when one settled or memory was
+    # taken; a transfer that settles after the last step must still give its memory back at the
+    # next operator on a tracked storage.
+    a, b, c = (torch.randn(ELEMENTS) for _ in range(3))
+    with teraio.Session(gpu_budget=2 * ELEMENTS * 4, host_budget=4 * ELEMENTS * 4, device="cpu",
+                        warmup_steps=1, profile_steps=1, bandwidths=FAST) as session:
+        for _ in range(4):
+            with session.step():
+                for t in (a,) + (b, c) * 40 + (a,):
+                    t.sum()
+        in_flight = ("offloading", "fetching")
+        deadline = time.monotonic() + 10
+        while any(session.locations().get(where, (0, 0))[0] for where in in_flight):
+            assert time.monotonic() < deadline, session.locations()
+            time.sleep(0.01)
+        for t in (a, b, c):
+            t.sum()  # between steps: fetched if offloaded, and settled memory handed back
+        assert all(_native._storage_owns_memory(t) for t in (a, b, c)), session.locations()

@@ -532,6 +532,38 @@ TEST(ExecutorDeviceWait, RemovingATensorLeavesItsSettlingCopyOutToFinishThenRele
   EXPECT_DOUBLE_EQ(stats.stall_by_cause_s[static_cast<std::size_t>(StallCause::kDrain)], stats.stall_s);
 }
 
+TEST(ExecutorDeviceWait, AnOffloadFinishingBetweenOperatorsIsRetiredAtTheNextOne) {
+  // The executor looks at its transfers only when one has finished since it last looked: after
+  // operators that found the copy still queued, its finishing alone must make the next
+  // operator retire it (free its memory), without a drain.
+  DeviceRig rig(0);
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kHost, 1)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  rig.copier().hold(true);
+  ex.before_op(1, {});
+  ex.after_op(1, {});
+  ex.before_op(2, {});
+  ex.after_op(2, {});
+  ASSERT_EQ(ex.location(1), Location::kOffloading);
+  const std::uint64_t finished = io::Transfer::finished_count();
+  rig.copier().hold(false);
+  rig.copier().complete(CopyDirection::kToHost);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (io::Transfer::finished_count() == finished && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_GT(io::Transfer::finished_count(), finished);
+  EXPECT_EQ(ex.location(1), Location::kOffloading);  // nothing looked since
+  ex.before_op(3, {});
+  EXPECT_EQ(ex.location(1), Location::kHost);
+  EXPECT_FALSE(rig.memory().holds(1));
+  EXPECT_EQ(ex.resident_bytes(), 0u);
+  EXPECT_EQ(ex.end_step().transfers.size(), 1u);
+}
+
 TEST(ExecutorDeviceWait, RemovingATensorWhosePrefetchSettlesReleasesTheExtent) {
   DeviceRig rig(0);
   Executor& ex = rig.executor();

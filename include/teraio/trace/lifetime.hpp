@@ -56,8 +56,8 @@ Trace extract_step(const Trace& trace, std::size_t step);
 
 // Every operator's duration multiplied by `factor`. TeraIO's profile times each operator with
 // CUDA events while the host dispatches operators one at a time and runs its observer, which
-// inflates the times (7-17% on the H100 runs in bench/RESULTS.md); a factor of measured GPU
-// time over profiled time gives the planner and the bound the compute a real step has.
+// inflates the times; a factor of measured GPU time over profiled time gives the planner and
+// the bound the compute a real step has.
 // Throws Error{kInvalidArgument} unless 0 < factor <= 100.
 void scale_durations(Trace& trace, double factor);
 
