@@ -51,10 +51,14 @@ def find_cli(given):
     return str(built) if built.is_file() else shutil.which("teraio")
 
 
-def simulate(cli, trace, args, scale, workdir):
+# A budget no trace reaches: the probe that reads the profiled step plans nothing.
+UNBOUNDED = "1024TiB"
+
+
+def simulate(cli, trace, args, scale, workdir, budget=None):
     summary = pathlib.Path(workdir) / "summary.json"
     summary.unlink(missing_ok=True)
-    command = [cli, "simulate", str(trace), "--budget", args.budget, "--host-capacity", args.host,
+    command = [cli, "simulate", str(trace), "--budget", budget or args.budget, "--host-capacity", args.host,
                "--pcie", args.pcie, "--time-scale", repr(scale), "--summary", str(summary)]
     done = subprocess.run(command, capture_output=True, text=True)
     # Exit status 3 with a summary: the simulated plan broke the budget somewhere (counted in
@@ -88,7 +92,7 @@ def main(argv=None):
     share = lambda s: "–" if s is None else f"{s:.3f} ({args.ideal / s:.1%})"  # noqa: E731
     with tempfile.TemporaryDirectory() as workdir:
         for name, trace, compute in args.configs:
-            profiled = simulate(cli, trace, args, 1.0, workdir)[0]["ideal_s"]
+            profiled = simulate(cli, trace, args, 1.0, workdir, budget=UNBOUNDED)[0]["ideal_s"]
             scale = compute / profiled
             result, reason = simulate(cli, trace, args, scale, workdir)
             print(f"| {name} | {profiled:.3f} | {compute:.3f} | {scale:.3f} | {share(result['step_s'])} | "

@@ -939,11 +939,13 @@ def table_notes(table):
              if entry.get("recompute")]
     notes += [f"- {name}: teraio.recast: {entry['recast']}" for name, entry in table["modes"].items()
               if entry.get("recast")]
-    notes += [f"- {name}: {host_watch.describe(entry['summary'])}" for name, entry in table["modes"].items()
-              if host_watch.describe(entry.get("summary", {}))]
-    notes += [f"- {name}: TeraIO's operator callbacks took {entry['summary']['callback_s']:.3f} s of host time per "
-              f"measured step (median)" for name, entry in table["modes"].items()
-              if entry.get("summary", {}).get("callback_s") is not None]
+    for name, entry in table["modes"].items():
+        if held_up := host_watch.describe(entry.get("summary", {})):
+            notes.append(f"- {name}: {held_up}")
+    for name, entry in table["modes"].items():
+        if (callbacks := entry.get("summary", {}).get("callback_s")) is not None:
+            notes.append(f"- {name}: TeraIO's operator callbacks took {callbacks:.3f} s of host time per measured "
+                         f"step (median)")
     return "\n" + "\n".join(notes) + "\n" if notes else ""
 
 
