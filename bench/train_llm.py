@@ -112,7 +112,8 @@ LR = 1e-4
 STEP_FIELDS = ("phase", "mode", "stall_s", "bytes_to_host", "bytes_from_host", "bytes_to_ssd", "bytes_from_ssd",
                "demand_fetches", "evictions", "peak_resident")
 # Reported by newer native builds only (device-side waits): recorded when present.
-OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "allocation_retries", "stall_by_cause_s", "callback_s")
+OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "allocation_retries", "stall_by_cause_s", "callback_s",
+                        "dropped", "bytes_dropped", "copies_given_up")
 PLAN_PREDICTIONS = ("predicted_step_s", "predicted_stall_s", "bound_step_s", "profiled_step_s")
 
 
@@ -162,6 +163,10 @@ def parse_args(argv):
     p.add_argument("--recast-weights", choices=("on", "off"), default="on",
                    help="TeraIO modes: Session(recast_weights=...): make autocast's bf16 copies of the weights again "
                         "in the backward pass instead of keeping them from the forward (teraio.recast; default on)")
+    p.add_argument("--keep-copies", choices=("on", "off"), default="on",
+                   help="TeraIO modes: Session(keep_copies=...): a tensor only read since it came back (a weight "
+                        "between micro-batches) keeps its tier copy, and moving it out again drops its device memory "
+                        "instead of copying it (default on)")
     p.add_argument("--gpu-profile", action="store_true",
                    help="after the measured steps, run one more step under torch.profiler (CUDA) and report "
                         "where its GPU time went (bench/gpu_profile.py): kernels, idle time with and without "
@@ -461,7 +466,8 @@ def open_session(args, mode, device):
     return teraio.Session(gpu_budget=teraio_gpu_budget(args), host_budget=host, ssd=ssd,
                           ssd_capacity=args.ssd_capacity, warmup_steps=1, profile_steps=args.profile_steps,
                           device=device, record_releases=args.release_tracking == "on",
-                          copy_order=args.copy_order, recast_weights=args.recast_weights == "on")
+                          copy_order=args.copy_order, recast_weights=args.recast_weights == "on",
+                          keep_copies=args.keep_copies == "on")
 
 
 def configure_numerics(args, workload):
@@ -556,6 +562,7 @@ def train(args, workload, mode, device, result, stem):
                 record.update(session_fields(native))
             warmup = 0
         tuned = len(result["steps"])
+        saved_early = False
         for i in range(warmup + args.steps):
             # The allocator's counters are read outside the timed part.
             with watch.step() as held_up:
@@ -570,6 +577,11 @@ def train(args, workload, mode, device, result, stem):
             if session is not None:
                 record.update(session_fields(session.last_step))
             print_step(args, mode, record, tuned + warmup + args.steps)
+            if args.save_trace and session is not None and session.phase == "planned" and not saved_early:
+                # Saved as soon as there is a plan, so that a failing planned step still leaves them.
+                session.save_trace(f"{stem}-{mode}-trace.tiotrace")
+                session.save_plan(f"{stem}-{mode}-plan.json")
+                saved_early = True
         if args.gpu_profile and device.type == "cuda":
             result["gpu_profile"] = profile_one_step(session, one_step, note_loss, f"{stem}-{mode}")
             print(f"[{mode}] gpu profile: {gpu_profile.describe(result['gpu_profile'])}", flush=True)
@@ -633,6 +645,10 @@ def print_step(args, mode, record, total):
     if "phase" in record:
         moved = record["bytes_to_host"] + record["bytes_to_ssd"]
         line += f"  {record['phase']}/{record['mode']} stall {record['stall_s']:.3f} s out {fmt_size(moved)}"
+        if record.get("bytes_dropped"):
+            line += f" dropped {fmt_size(record['bytes_dropped'])}"
+        if record.get("copies_given_up"):
+            line += f" (kept copies given up {record['copies_given_up']})"
         if record["demand_fetches"]:
             line += f" demand {record['demand_fetches']}"
         if record.get("callback_s") is not None:
@@ -860,7 +876,7 @@ def summarize(result, ideal_s, ideal_losses):
         "pinned_host_peak": result.get("pinned_host_peak"),
         **{key: median_of(steps, key) for key in ("bytes_to_host", "bytes_from_host", "bytes_to_ssd",
                                                    "bytes_from_ssd", "stall_s", "device_stall_s", "demand_fetches",
-                                                   "callback_s", "gc_s", "gc_collections", "alloc_retries",
+                                                   "callback_s", "bytes_dropped", "gc_s", "gc_collections", "alloc_retries",
                                                    "device_allocs", "device_frees")},
         "predicted_step_s": predicted,
         "model_error": predicted / median - 1 if predicted and median else None,

@@ -130,7 +130,8 @@ class Report(dict):
             lines.append(
                 f"  plan: {plan['migrations']} migrations, peak {fb(plan['peak_before'])} -> {fb(plan['peak_after'])}"
                 f" ({fit}),"
-                f" {fb(plan['bytes_to_ssd'])} to SSD and {fb(plan['bytes_to_host'])} to host per step,"
+                f" {fb(plan['bytes_to_ssd'])} to SSD and {fb(plan['bytes_to_host'])} to host per step"
+                f" ({fb(plan.get('bytes_dropped', 0))} more dropped, their tier copies kept),"
                 f" planned in {plan['planning_s']:.2f} s"
             )
         lines.append(f"  hardware: {plan.get('hardware', '')}")
@@ -170,6 +171,7 @@ class Session:
         record_releases=False,
         copy_order="deadline",
         recast_weights=False,
+        keep_copies=True,
     ):
         if isinstance(ssd, (str, os.PathLike)):
             ssd = [ssd]
@@ -193,6 +195,7 @@ class Session:
             "enqueue_host_copies": _enqueue_host_copies,
             "record_releases": bool(record_releases),
             "copy_order": str(copy_order),
+            "keep_copies": bool(keep_copies),
         }
         for key, value in (bandwidths or {}).items():
             if key not in ("d2h", "h2d", "ssd_read", "ssd_write"):

@@ -142,6 +142,8 @@ Migration read_migration(const Reader& r, const json& m, const std::string& wher
   if (out.issue_before == out.deadline)
     r.fail(where, cat("issue_before and deadline are both operator ", out.deadline));
   out.urgent = r.boolean(m, where, "urgent");
+  // Optional: plans written before copies were kept have none.
+  if (m.contains("kept_copy")) out.kept_copy = r.boolean(m, where, "kept_copy");
   return out;
 }
 
@@ -175,14 +177,15 @@ std::string plan_to_json(const Plan& plan) {
   for (std::size_t i = 0; i < plan.migrations.size(); ++i) {
     const Migration& m = plan.migrations[i];
     text += i == 0 ? "\n  " : ",\n  ";
-    text += nlohmann::ordered_json{{"tensor", m.tensor},
-                                   {"bytes", m.bytes},
-                                   {"direction", to_string(m.direction)},
-                                   {"tier", to_string(m.tier)},
-                                   {"issue_before", m.issue_before},
-                                   {"deadline", m.deadline},
-                                   {"urgent", m.urgent}}
-                .dump();
+    nlohmann::ordered_json line{{"tensor", m.tensor},
+                                {"bytes", m.bytes},
+                                {"direction", to_string(m.direction)},
+                                {"tier", to_string(m.tier)},
+                                {"issue_before", m.issue_before},
+                                {"deadline", m.deadline},
+                                {"urgent", m.urgent}};
+    if (m.kept_copy) line["kept_copy"] = true;
+    text += line.dump();
   }
   text += plan.migrations.empty() ? "]\n}\n" : "\n ]\n}\n";
   return text;

@@ -77,11 +77,23 @@ PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOpti
     const auto op = [&](std::size_t offset) {
       return static_cast<trace::OpIndex>(detail::op_at(n, w, offset));
     };
-    const Migration off{
-        t.id, t.bytes, Direction::kOffload, c.tier, op(0), op(c.offload_last + 1), c.offload_last == 0};
+    // A clean offload copies nothing: it is done the moment it is issued.
+    const Migration off{t.id,
+                        t.bytes,
+                        Direction::kOffload,
+                        c.tier,
+                        op(0),
+                        op(c.offload_last + 1),
+                        c.offload_last == 0 && !c.clean,
+                        c.clean};
     plan.migrations.push_back(off);
     stats.urgent += off.urgent;
-    (c.tier == Tier::kSsd ? stats.bytes_to_ssd : stats.bytes_to_host) += t.bytes;
+    if (c.clean) {
+      ++stats.clean_offloads;
+      stats.bytes_dropped += t.bytes;
+    } else {
+      (c.tier == Tier::kSsd ? stats.bytes_to_ssd : stats.bytes_to_host) += t.bytes;
+    }
     if (p.released) continue;  // freed while away: nothing comes back
     const Migration pre{t.id,
                         t.bytes,
@@ -89,7 +101,8 @@ PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOpti
                         c.tier,
                         op(c.prefetch_issue),
                         p.next_use,
-                        c.prefetch_issue + 1 == p.idle_ops};
+                        c.prefetch_issue + 1 == p.idle_ops,
+                        a.keeps_copy};
     plan.migrations.push_back(pre);
     stats.urgent += pre.urgent;
     ++prefetches;

@@ -61,10 +61,14 @@ class Greedy {
         ledger_(durations(in.start_s), in.hardware),
         demand_(in.demand, demand_weights(in.start_s), budget_),
         host_(n_),
-        on_ssd_(in.trace->tensors.size(), false) {}
+        on_ssd_(in.trace->tensors.size(), false),
+        accepted_at_(periods_.size(), kNone) {
+    index_writes();
+  }
 
   GreedyResult run() {
     select();
+    mark_kept_copies();
     if (in_.options.early_prefetch) move_prefetches_earlier();
     GreedyResult out;
     out.accepted = std::move(accepted_);
@@ -128,22 +132,177 @@ class Greedy {
     if (over.over_weight <= 0) return std::nullopt;
     // The host check is a range query over the whole window: done last, only when needed.
     if (tier == Tier::kHost && !tier_has_room(p, tier)) return std::nullopt;
+    return choice(tier, last, first, over, s, false);
+  }
+
+  // The choice with its score, the over-budget memory-time it removes per byte; none when that
+  // is not positive.
+  std::optional<Choice> choice(Tier tier, std::size_t last, std::size_t first,
+                               const DemandTree::Summary& over, double bytes, bool clean) const {
     Choice c;
     c.tier = tier;
+    c.clean = clean;
     c.offload_last = last;
     c.prefetch_booked = first;
     c.prefetch_issue = first;
-    c.score = in_.options.credit_over_budget_only ? std::min(over.over_weight, over.over_excess / s)
+    c.score = in_.options.credit_over_budget_only ? std::min(over.over_weight, over.over_excess / bytes)
                                                   : over.over_weight;
     if (!(c.score > 0)) return std::nullopt;
     return c;
   }
 
-  // SSD first; host memory when the SSD routes cannot fit the period (or its space is used up).
-  std::optional<Choice> evaluate(const trace::InactivePeriod& p) {
+  // A clean period first (nothing to copy out); else SSD first, and host memory when the SSD
+  // routes cannot fit the period (or its space is used up).
+  std::optional<Choice> evaluate(std::uint32_t index) {
     ++evaluations_;
+    const trace::InactivePeriod& p = periods_[index];
+    if (auto c = evaluate_clean(index)) return c;
     if (auto c = evaluate_tier(p, Tier::kSsd)) return c;
     return evaluate_tier(p, Tier::kHost);
+  }
+
+  // --- copies kept across read-only uses -----------------------------------------------------
+
+  // Per tensor, a running count of the uses that may write it (prefix sums over its uses),
+  // and where its periods start in periods_ (sorted by tensor, then last use).
+  void index_writes() {
+    const auto& tensors = in_.trace->tensors;
+    write_base_.resize(tensors.size() + 1, 0);
+    for (std::size_t i = 0; i < tensors.size(); ++i)
+      write_base_[i + 1] = write_base_[i] + tensors[i].uses.size() + 1;
+    writes_before_.assign(write_base_.back(), 0);
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const trace::Tensor& t = tensors[i];
+      std::uint32_t count = 0;
+      for (std::size_t u = 0; u < t.uses.size(); ++u) {
+        writes_before_[write_base_[i] + u] = count;
+        count += trace::only_reads(t, t.uses[u]) ? 0 : 1;
+      }
+      writes_before_[write_base_[i] + t.uses.size()] = count;
+    }
+    periods_begin_.assign(tensors.size() + 1, 0);
+    for (const trace::InactivePeriod& p : periods_) ++periods_begin_[p.tensor + 1];
+    for (std::size_t i = 0; i < tensors.size(); ++i) periods_begin_[i + 1] += periods_begin_[i];
+  }
+
+  std::size_t use_position(const trace::Tensor& t, trace::OpIndex op) const {
+    return static_cast<std::size_t>(std::lower_bound(t.uses.begin(), t.uses.end(), op) - t.uses.begin());
+  }
+
+  // Whether every use of tensor `ti` from operator `from` to operator `to` (both uses of it;
+  // wrapping into the next step when to < from) only reads it.
+  bool only_reads_between(std::uint32_t ti, trace::OpIndex from, trace::OpIndex to) const {
+    const trace::Tensor& t = in_.trace->tensors[ti];
+    const std::size_t a = use_position(t, from), b = use_position(t, to);
+    const std::uint32_t* w = writes_before_.data() + write_base_[ti];
+    if (a <= b) return w[b + 1] == w[a];
+    return w[t.uses.size()] - w[a] + w[b + 1] == 0;  // wraps: [a, end) and [0, b]
+  }
+
+  // The period whose copy period `index` can reuse: the nearest earlier period of the same
+  // tensor moved out and brought back (wrapping for persistent tensors), with only read-only
+  // uses from its return to this period's start. A persistent tensor that is never written
+  // (a frozen weight) reuses the copy its own period made a step before.
+  std::optional<std::uint32_t> copy_source(std::uint32_t index) const {
+    const trace::InactivePeriod& p = periods_[index];
+    const trace::Tensor& t = in_.trace->tensors[p.tensor];
+    if (t.read_only_uses.empty()) return std::nullopt;
+    const std::uint32_t begin = periods_begin_[p.tensor], end = periods_begin_[p.tensor + 1];
+    std::uint32_t j = index;
+    for (std::uint32_t seen = 0; seen < end - begin; ++seen) {
+      if (j == begin) {
+        if (!t.persistent) return std::nullopt;
+        j = end;
+      }
+      --j;
+      const trace::InactivePeriod& q = periods_[j];
+      if (q.released || !only_reads_between(p.tensor, q.next_use, p.last_use)) return std::nullopt;
+      if (accepted_at_[j] != kNone) return j;
+    }
+    if (t.persistent && t.read_only_uses.size() == t.uses.size()) return index;
+    return std::nullopt;
+  }
+
+  // The resident stretch between a source period's return and period `index`'s start, as a
+  // window: the kept copy occupies its tier there too.
+  Window kept_stretch(std::uint32_t source, std::uint32_t index) const {
+    const std::size_t from = periods_[source].next_use, to = periods_[index].last_use;
+    return {from, (to + n_ - from) % n_ + 1};
+  }
+
+  std::optional<Choice> evaluate_clean(std::uint32_t index) {
+    const std::optional<std::uint32_t> source = copy_source(index);
+    if (!source) return std::nullopt;
+    if (accepted_at_[*source] != kNone)
+      return evaluate_clean_tier(index, *source, accepted_[accepted_at_[*source]].choice.tier);
+    if (auto c = evaluate_clean_tier(index, *source, Tier::kSsd)) return c;
+    return evaluate_clean_tier(index, *source, Tier::kHost);
+  }
+
+  std::optional<Choice> evaluate_clean_tier(std::uint32_t index, std::uint32_t source, Tier tier) {
+    const trace::InactivePeriod& p = periods_[index];
+    const Route pre = prefetch_route(tier);
+    if (!ledger_.usable(pre) || !ledger_.usable(offload_route(tier))) return std::nullopt;
+    if (tier == Tier::kSsd && !tier_has_room(p, tier)) return std::nullopt;
+    const Window w = window_of(p);
+    const auto s = static_cast<double>(bytes_of(p));
+    const std::size_t first = p.released ? w.length : ledger_.latest_start(pre, w, 1, s + request_bytes(pre));
+    if (first == kNotFound) return std::nullopt;
+    const DemandTree::Summary over = demand_over(w, 0, first);
+    if (over.over_weight <= 0) return std::nullopt;
+    if (tier == Tier::kHost) {
+      if (in_.hardware.host_capacity == 0) return std::nullopt;
+      std::int64_t peak = 0;
+      for (const Window part : {w, kept_stretch(source, index)})
+        for (const Segment& seg : segments(n_, part, 0, part.length))
+          peak = std::max(peak, host_.max(seg.op_begin, seg.op_end));
+      // Kept copies are a saving the plan may forgo: they leave a tenth of the host tier to the
+      // evictions the plan does not foresee (reactive ones must always find room).
+      if (static_cast<std::uint64_t>(peak) + bytes_of(p) > in_.hardware.host_capacity / 10 * 9)
+        return std::nullopt;
+    }
+    return choice(tier, 0, first, over, s, true);
+  }
+
+  // After period `index` is accepted, the tensor's later periods up to its next write may
+  // reuse its copy: their stored scores (made without it) are too low, so they are scored again.
+  template <typename Queue>
+  void rescore_followers(std::uint32_t index, Queue& queue) {
+    const trace::InactivePeriod& p = periods_[index];
+    const trace::Tensor& t = in_.trace->tensors[p.tensor];
+    if (t.read_only_uses.empty() || p.released) return;
+    const std::uint32_t begin = periods_begin_[p.tensor], end = periods_begin_[p.tensor + 1];
+    std::uint32_t j = index;
+    for (std::uint32_t seen = 1; seen < end - begin; ++seen) {
+      if (++j == end) {
+        if (!t.persistent) return;
+        j = begin;
+      }
+      const trace::InactivePeriod& q = periods_[j];
+      if (!only_reads_between(p.tensor, p.next_use, q.last_use)) return;
+      if (accepted_at_[j] != kNone) return;
+      if (q.idle_ops < kMinIdleOps) continue;
+      if (auto c = evaluate(j)) queue.push({c->score, t.id, q.last_use, j});
+    }
+  }
+
+  // Each accepted period whose tensor's next accepted period is clean keeps its tier copy.
+  void mark_kept_copies() {
+    for (Accepted& a : accepted_) {
+      const trace::InactivePeriod& p = periods_[a.period];
+      if (p.released) continue;
+      const std::uint32_t begin = periods_begin_[p.tensor], end = periods_begin_[p.tensor + 1];
+      std::uint32_t j = a.period;
+      for (std::uint32_t seen = 0; seen < end - begin; ++seen) {
+        if (++j == end) {
+          if (!in_.trace->tensors[p.tensor].persistent) break;
+          j = begin;
+        }
+        if (accepted_at_[j] == kNone) continue;
+        a.keeps_copy = accepted_[accepted_at_[j]].choice.clean;
+        break;
+      }
+    }
   }
 
   void accept(std::uint32_t index, const Choice& c) {
@@ -152,19 +311,29 @@ class Greedy {
     const std::uint64_t s = bytes_of(p);
     const Route off = offload_route(c.tier);
     const Route pre = prefetch_route(c.tier);
-    ledger_.book_forward(off, w, c.offload_last, static_cast<double>(s) + request_bytes(off));
+    if (!c.clean) ledger_.book_forward(off, w, c.offload_last, static_cast<double>(s) + request_bytes(off));
     if (!p.released)
       ledger_.book_backward(pre, w, c.prefetch_booked, static_cast<double>(s) + request_bytes(pre));
-    demand_add(w, c.offload_last + 1, c.prefetch_booked, -static_cast<std::int64_t>(s));
+    // A dropped copy frees its memory at once; a copied one once the copy out is done.
+    demand_add(w, c.clean ? 0 : c.offload_last + 1, c.prefetch_booked, -static_cast<std::int64_t>(s));
     if (c.tier == Tier::kHost) {
-      // The host copy exists from the offload's issue to the prefetch's completion.
+      // The host copy exists from the offload's issue to the prefetch's completion, and for a
+      // clean period also while the tensor was back on the device before it.
       for (const Segment& seg : segments(n_, w, 0, w.length))
         host_.add(seg.op_begin, seg.op_end, static_cast<std::int64_t>(s));
+      if (c.clean) {
+        if (const std::optional<std::uint32_t> source = copy_source(index)) {
+          const Window stretch = kept_stretch(*source, index);
+          for (const Segment& seg : segments(n_, stretch, 0, stretch.length))
+            host_.add(seg.op_begin, seg.op_end, static_cast<std::int64_t>(s));
+        }
+      }
     } else if (!on_ssd_[p.tensor]) {
       on_ssd_[p.tensor] = true;
       ssd_used_ += s;
     }
-    accepted_.push_back({index, c});
+    accepted_at_[index] = static_cast<std::uint32_t>(accepted_.size());
+    accepted_.push_back({index, c, false});
   }
 
   void select() {
@@ -174,7 +343,7 @@ class Greedy {
       const trace::InactivePeriod& p = periods_[i];
       // A tensor of 0 bytes frees nothing, and a migration of 0 bytes is not a valid plan entry.
       if (p.idle_ops < kMinIdleOps || bytes_of(p) == 0) continue;
-      if (auto c = evaluate(p)) queue.push({c->score, in_.trace->tensors[p.tensor].id, p.last_use, i});
+      if (auto c = evaluate(i)) queue.push({c->score, in_.trace->tensors[p.tensor].id, p.last_use, i});
     }
     // Lazy re-evaluation: scores only fall as memory drops and bandwidth is booked, so a
     // popped candidate whose fresh score still beats the next stored one is the best (up
@@ -182,7 +351,8 @@ class Greedy {
     while (demand_.max() > budget_ && !queue.empty()) {
       QueueEntry top = queue.top();
       queue.pop();
-      const std::optional<Choice> c = evaluate(periods_[top.period]);
+      if (accepted_at_[top.period] != kNone) continue;  // a rescored duplicate
+      const std::optional<Choice> c = evaluate(top.period);
       if (!c) continue;
       if (!queue.empty() && c->score < queue.top().score * (1 - in_.options.score_tolerance)) {
         top.score = c->score;
@@ -190,6 +360,7 @@ class Greedy {
         continue;
       }
       accept(top.period, *c);
+      rescore_followers(top.period, queue);
     }
   }
 
@@ -263,6 +434,11 @@ class Greedy {
   std::uint64_t ssd_used_ = 0;
   std::size_t evaluations_ = 0;
   std::vector<Accepted> accepted_;
+  static constexpr std::uint32_t kNone = ~std::uint32_t{0};
+  std::vector<std::uint32_t> accepted_at_;    // by period: index into accepted_, or kNone
+  std::vector<std::size_t> write_base_;       // by tensor: start of its slice of writes_before_
+  std::vector<std::uint32_t> writes_before_;  // per use position: writes among earlier uses
+  std::vector<std::uint32_t> periods_begin_;  // by tensor: its first period in periods_
 };
 
 }  // namespace

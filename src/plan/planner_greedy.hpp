@@ -24,11 +24,16 @@ struct Choice {
   std::size_t prefetch_booked = 0;  // first offset of the prefetch's booked bandwidth
   std::size_t prefetch_issue = 0;   // offset the prefetch is issued at (<= prefetch_booked)
   double score = 0;                 // benefit per byte moved (seconds of over-budget time)
+  // The tier still holds an unchanged copy from the tensor's previous period moved out
+  // (only read since): the device memory is dropped at offset 0 and nothing is copied out.
+  bool clean = false;
 };
 
 struct Accepted {
   std::uint32_t period = 0;  // index into the periods given to run_greedy
   Choice choice;
+  // The tensor's next period moved out is clean: its prefetch leaves the tier's copy in place.
+  bool keeps_copy = false;
 };
 
 struct GreedyResult {

@@ -59,6 +59,7 @@ class Engine {
   void initial_state() {
     state_.assign(trace_.tensors.size(), State::kAbsent);
     evicted_.assign(trace_.tensors.size(), false);
+    kept_.assign(trace_.tensors.size(), false);
     in_use_.assign(trace_.tensors.size(), 0);
     tier_of_.assign(trace_.tensors.size(), Tier::kHost);
     request_of_.assign(trace_.tensors.size(), std::numeric_limits<std::uint32_t>::max());
@@ -80,6 +81,13 @@ class Engine {
       } else {
         state_[i] = State::kResident;
         memory_ += t.bytes;
+        if (last[i] >= 0 && plan_.migrations[std::size_t(last[i])].kept_copy) {
+          // Back at the step boundary with its copy still in the tier.
+          const Tier tier = plan_.migrations[std::size_t(last[i])].tier;
+          kept_[i] = true;
+          tier_of_[i] = tier;
+          tier_used_[tier_index(tier)] += t.bytes;
+        }
       }
     }
   }
@@ -110,7 +118,11 @@ class Engine {
         set_memory(memory_ - bytes, r.end);
       } else {
         state_[r.tensor] = State::kResident;
-        tier_used_[tier_index(r.tier)] -= bytes;
+        // A prefetch that keeps the copy leaves it in the tier for a later drop.
+        if (r.migration != kDemandFetch && plan_.migrations[r.migration].kept_copy)
+          kept_[r.tensor] = true;
+        else
+          tier_used_[tier_index(r.tier)] -= bytes;
       }
       request_of_[r.tensor] = std::numeric_limits<std::uint32_t>::max();
     }
@@ -196,6 +208,7 @@ class Engine {
                          cat("offload of tensor ", t.id, " (", t.name, ") issued before operator ", k,
                              " while it is not resident"));
       }
+      if (kept_[ti]) return drop(ti);  // kept_copy or not: nothing needs copying
       state_[ti] = State::kOffloading;
       tier_of_[ti] = mig.tier;
       tier_used_[tier_index(mig.tier)] += t.bytes;
@@ -226,6 +239,26 @@ class Engine {
                          cat("prefetch of tensor ", t.id, " (", t.name, ") issued before operator ", k,
                              " while it is not offloaded"));
     }
+  }
+
+  // A resident tensor whose tier kept an unchanged copy leaves at once: the copy becomes where
+  // its bytes are, and nothing crosses the link.
+  void drop(std::uint32_t ti) {
+    const std::uint64_t bytes = trace_.tensors[ti].bytes;
+    kept_[ti] = false;
+    state_[ti] = State::kOffloaded;
+    set_memory(memory_ - bytes, now_);
+    if (reported_) {
+      ++result_.dropped;
+      result_.dropped_bytes += bytes;
+    }
+  }
+
+  // Operator k changes what tensor `ti` holds: a copy kept in its tier is stale and goes.
+  void written(std::uint32_t ti) {
+    if (!kept_[ti]) return;
+    kept_[ti] = false;
+    tier_used_[tier_index(tier_of_[ti])] -= trace_.tensors[ti].bytes;
   }
 
   // Makes sure tensor `ti` is on the device for operator k (global g), fetching on demand.
@@ -320,6 +353,11 @@ class Engine {
     for (const auto& [next, ti] : victims) {
       if (memory_ <= target) break;
       const std::uint64_t bytes = trace_.tensors[ti].bytes;
+      if (kept_[ti]) {
+        evicted_[ti] = true;
+        drop(ti);
+        continue;
+      }
       Tier tier = Tier::kHost;
       if (!tier_takes(Tier::kHost, bytes)) {
         if (!tier_takes(Tier::kSsd, bytes)) continue;
@@ -362,7 +400,10 @@ class Engine {
     wait_deadlines(g, true);
     for (const std::uint32_t m : index_.issued.at(k)) issue(m, k);
     wait_deadlines(g, false);
-    for (const std::uint32_t ti : index_.used.at(k)) make_resident(ti, k, g);
+    for (const std::uint32_t ti : index_.used.at(k)) {
+      make_resident(ti, k, g);
+      if (!trace::only_reads(trace_.tensors[ti], k)) written(ti);
+    }
     for (const std::uint32_t ti : index_.first_use.at(k)) {
       make_room(k, trace_.tensors[ti].bytes);
       state_[ti] = State::kResident;
@@ -387,6 +428,7 @@ class Engine {
         set_memory(memory_ - bytes, now_);
       if (state_[ti] == State::kOffloaded || state_[ti] == State::kOffloading)
         tier_used_[tier_index(tier_of_[ti])] -= bytes;
+      written(ti);  // a kept copy goes with the tensor
       state_[ti] = State::kAbsent;
     }
   }
@@ -439,6 +481,7 @@ class Engine {
 
   std::vector<State> state_;
   std::vector<bool> evicted_;          // moved out by enforce_budget, not by the plan
+  std::vector<bool> kept_;             // resident, and its tier (tier_of_) holds an unchanged copy
   std::vector<std::uint64_t> in_use_;  // stamp: used by the operator being prepared
   std::vector<std::uint32_t> offloads_in_flight_;
   std::vector<Tier> tier_of_;

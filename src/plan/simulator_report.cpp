@@ -67,6 +67,9 @@ std::string SimulationResult::describe(const trace::Trace& trace) const {
     line(cat("demand fetches   ", demand_fetches, " (", format_bytes(demand_fetch_bytes), ")"));
   if (evictions > 0)
     line(cat("evictions        ", evictions, " (", format_bytes(eviction_bytes), ") to keep the budget"));
+  if (dropped > 0)
+    line(cat("dropped          ", dropped, " (", format_bytes(dropped_bytes),
+             ") whose tier kept an unchanged copy: nothing copied out"));
   if (skipped_migrations > 0)
     line(cat("skipped          ", skipped_migrations, " migrations found nothing to move"));
   if (ok()) {

@@ -19,6 +19,9 @@ constexpr std::size_t kMaxOps = 256;
 // period wraps around the step boundary).
 struct Window {
   double release, deadline, bytes;
+  // Its previous use only read it: a copy made off the device before may still be valid,
+  // so it can leave without crossing the link (Migration::kept_copy).
+  bool unchanged;
 };
 
 // The least stall before k that moving `need` bytes out costs at `bw`: choosing the bytes
@@ -101,8 +104,6 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
   std::vector<Window> windows;
   for (const std::size_t k : over) {
     const double need = double(demand[k] - hw.gpu_budget);
-    // Every tensor is used every step, so what is out at k leaves and returns every step.
-    const double traffic = std::max(need / out_bw, need / in_bw);
     windows.clear();
     for (const auto& x : t.tensors) {
       const auto& u = x.uses;
@@ -112,9 +113,23 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
       if (!x.persistent && (k < u.front() || k > u.back())) continue;  // not alive at k
       const double release = next != u.begin() ? start[*(next - 1) + 1] : start[u.back() + 1] - step;
       const double deadline = next != u.end() ? start[*next] : start[u.front()] + step;
-      windows.push_back({release, deadline, double(x.bytes)});
+      const trace::OpIndex previous = next != u.begin() ? *(next - 1) : u.back();
+      windows.push_back({release, deadline, double(x.bytes), trace::only_reads(x, previous)});
     }
-    const double stall_out = out_stall(windows, need, out_bw, start[k]);
+    // Tensors that may hold a valid copy off the device leave for free: only the rest of
+    // `need` costs outgoing bandwidth. Every tensor is used every step, so what is out at k
+    // returns every step.
+    double unchanged = 0;
+    std::vector<Window> changed;
+    for (const Window& w : windows) {
+      if (w.unchanged)
+        unchanged += w.bytes;
+      else
+        changed.push_back(w);
+    }
+    const double need_out = std::max(0.0, need - unchanged);
+    const double traffic = std::max(need_out / out_bw, need / in_bw);
+    const double stall_out = need_out > 0 ? out_stall(changed, need_out, out_bw, start[k]) : 0.0;
     const double stall_in = in_stall(windows, need, in_bw, start[k + 1]);
     // Both stalls may fall on the same moment of the repeating step (a wrapping window), so
     // only the larger one is sure to add up.

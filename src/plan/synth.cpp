@@ -82,6 +82,12 @@ class TraceBuilder {
     t.tensors.reserve(tensors_.size());
     for (auto& d : tensors_) {
       d.id = id_of(d.name);
+      // Only the optimizer writes a parameter; every other use of it reads (forward, the
+      // backward's input gradient, casts). Other tensors are written where they are made or
+      // accumulated, and counted as written at every use.
+      if (d.kind == TensorKind::kParameter)
+        for (const OpIndex u : d.uses)
+          if (t.ops[u].phase != Phase::kOptimizer) d.read_only_uses.push_back(u);
       t.tensors.push_back(std::move(d));
     }
     // cuBLAS workspaces and allocator slack that no tracked tensor accounts for.

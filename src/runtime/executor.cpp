@@ -140,6 +140,20 @@ bool Executor::in_flight(TensorId id) const {
   return found != state_->entries.end() && State::in_flight_location(found->second.location);
 }
 
+void Executor::written(std::span<const TensorId> ids) {
+  std::lock_guard lock(state_->mutex);
+  for (const TensorId id : ids) {
+    const auto found = state_->entries.find(id);
+    if (found != state_->entries.end()) state_->invalidate_copy(id, found->second);
+  }
+}
+
+bool Executor::copy_kept(TensorId id) const {
+  std::lock_guard lock(state_->mutex);
+  const auto found = state_->entries.find(id);
+  return found != state_->entries.end() && found->second.copy_kept;
+}
+
 std::uint64_t Executor::settled_changes() const {
   std::lock_guard lock(state_->mutex);
   return state_->settled_changes;

@@ -61,7 +61,7 @@ void Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, s
     ++stats.evictions;
     log::debug("evict tensor ", id, " (", e.bytes, " bytes) at operator ", op, ": ", resident, " resident + ",
                incoming, " incoming over ", limit);
-    complete(id, e, op);
+    if (e.location == Location::kOffloading) complete(id, e, op);  // else dropped: nothing to copy
   }
 }
 

@@ -61,6 +61,10 @@ struct Executor::State {
     io::Transfer transfer;             // valid while kOffloading or kFetching
     TransferSpan span;                 // of the transfer in flight
     std::uint64_t last_use = 0;        // use clock, for LRU eviction
+    // kDevice only: `extent` still holds the bytes the device has (a prefetch that kept its
+    // copy, plan::Migration::kept_copy), so moving the tensor out only drops device memory.
+    bool copy_kept = false;
+    bool keep_after_fetch = false;  // kFetching: the extent stays once the fetch is done
   };
 
   State(io::TierStore& s, TensorMemory& m, ExecutorConfig c)
@@ -162,6 +166,16 @@ struct Executor::State {
   bool start_offload(TensorId id, Entry& e, io::TierKind preferred, const plan::Migration* planned);
 
   void start_fetch(TensorId id, Entry& e, const plan::Migration* planned, std::span<const TensorId> keep);
+  // A kDevice tensor whose extent kept its copy leaves without a transfer: the device memory
+  // goes back at once and the extent is where its bytes are.
+  void drop(TensorId id, Entry& e);
+  // After a fetch: gives the extent back, or keeps it as the tensor's copy.
+  void fetched(Entry& e, std::optional<io::Extent>& release);
+  // The tensor's bytes change on the device: a copy kept in its extent is stale.
+  void invalidate_copy(TensorId id, Entry& e);
+  // A tier is full: gives the extents of kept copies back (at least `bytes`, when there are
+  // that many); false when there was none.
+  bool give_up_kept_copies(std::uint64_t bytes);
   // How pressing the copy is, in the planner's terms (io::CopySchedule orders by it).
   io::CopyPriority priority(const plan::Migration* planned) const;
 

@@ -36,6 +36,10 @@ io::CopyPriority Executor::State::priority(const plan::Migration* planned) const
 
 bool Executor::State::start_offload(TensorId id, Entry& e, io::TierKind preferred,
                                     const plan::Migration* planned) {
+  if (e.copy_kept) {
+    drop(id, e);
+    return true;
+  }
   const auto allocate_extent = [&] {
     std::optional<io::Extent> extent = store.allocate(preferred, e.bytes);
     return extent ? extent : store.allocate(other_tier(preferred), e.bytes);
@@ -47,6 +51,8 @@ bool Executor::State::start_offload(TensorId id, Entry& e, io::TierKind preferre
     forget_freed(id);
     extent = allocate_extent();
   }
+  // Copies kept for later drops are a saving, not a need: a tensor that must leave comes first.
+  while (!extent && give_up_kept_copies(e.bytes)) extent = allocate_extent();
   if (!extent) return false;
   try {
     memory.before_copy_out(id);
@@ -62,6 +68,52 @@ bool Executor::State::start_offload(TensorId id, Entry& e, io::TierKind preferre
   return true;
 }
 
+void Executor::State::drop(TensorId id, Entry& e) {
+  // No copy to order after the compute stream: the allocator hands the block out again only
+  // in stream order, and a fetch into it waits for the compute stream (TensorMemory).
+  memory.release(id);
+  e.copy_kept = false;
+  set_location(id, e, offloaded_location(e.extent->tier));
+  ++stats.dropped;
+  stats.bytes_dropped += e.bytes;
+}
+
+bool Executor::State::give_up_kept_copies(std::uint64_t bytes) {
+  std::uint64_t freed = 0;
+  for (auto& [id, e] : entries) {
+    if (freed >= bytes) break;
+    if (!e.copy_kept) continue;
+    // Its fetch may still be settling, which holds the extent: wait for it so that the space
+    // is free now. A failure there concerns bytes the device already has, so it is only logged.
+    if (std::exception_ptr failure = settle(id, current_op)) log_lost(failure);
+    invalidate_copy(id, e);
+    freed += e.bytes;
+    ++stats.copies_given_up;
+  }
+  return freed > 0;
+}
+
+void Executor::State::fetched(Entry& e, std::optional<io::Extent>& release) {
+  if (std::exchange(e.keep_after_fetch, false)) {
+    e.copy_kept = true;
+    return;
+  }
+  release = std::exchange(e.extent, std::nullopt);
+}
+
+void Executor::State::invalidate_copy(TensorId id, Entry& e) {
+  if (!e.copy_kept) return;
+  e.copy_kept = false;
+  // The fetch that read the extent may still be settling: the extent goes back with it.
+  for (Settling& s : settling) {
+    if (s.id == id && !s.release) {
+      s.release = std::exchange(e.extent, std::nullopt);
+      return;
+    }
+  }
+  store.release(*std::exchange(e.extent, std::nullopt));
+}
+
 void Executor::State::start_fetch(TensorId id, Entry& e, const plan::Migration* planned,
                                   std::span<const TensorId> keep) {
   // Its copy out may still be settling: the read must not overtake the write.
@@ -73,6 +125,7 @@ void Executor::State::start_fetch(TensorId id, Entry& e, const plan::Migration* 
     memory.release(id);
     throw;
   }
+  e.keep_after_fetch = planned != nullptr && planned->kept_copy;
   start_span(id, e, plan::Direction::kPrefetch, planned != nullptr);
   set_location(id, e, Location::kFetching);
 }
@@ -102,7 +155,7 @@ void Executor::State::settle_on_device(TensorId id, Entry& e) {
   if (e.location == Location::kOffloading) {
     set_location(id, e, offloaded_location(e.extent->tier));
   } else {
-    settled.release = std::exchange(e.extent, std::nullopt);
+    fetched(e, settled.release);
     set_location(id, e, Location::kDevice);
   }
   ++stats.device_waits;
@@ -185,13 +238,15 @@ void Executor::State::finish(TensorId id, Entry& e) {
     TERAIO_ASSERT(e.location == Location::kFetching);
     if (failure) {
       // The fresh allocation holds garbage; the extent still holds the tensor.
+      e.keep_after_fetch = false;
       memory.release(id);
       set_location(id, e, offloaded_location(extent.tier));
       std::rethrow_exception(failure);
     }
-    e.extent.reset();
+    std::optional<io::Extent> release;
+    fetched(e, release);
     set_location(id, e, Location::kDevice);
-    store.release(extent);
+    if (release) store.release(*release);
   }
 }
 

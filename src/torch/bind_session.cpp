@@ -44,6 +44,9 @@ py::dict step_dict(const StepRecord& r) {
   d["evictions"] = s.evictions;
   d["cancelled_offloads"] = s.cancelled_offloads;
   d["skipped"] = s.skipped;
+  d["dropped"] = s.dropped;
+  d["bytes_dropped"] = s.bytes_dropped;
+  d["copies_given_up"] = s.copies_given_up;
   d["peak_resident"] = s.peak_resident;
   d["ops"] = r.ops;
   d["diverged"] = r.diverged;
@@ -61,6 +64,7 @@ py::dict migration_dict(const plan::Migration& m) {
   d["issue_before"] = m.issue_before;
   d["deadline"] = m.deadline;
   d["urgent"] = m.urgent;
+  d["kept_copy"] = m.kept_copy;
   return d;
 }
 
@@ -81,6 +85,7 @@ plan::Migration migration_from(const py::dict& d) {
   m.issue_before = d["issue_before"].cast<std::uint32_t>();
   m.deadline = d["deadline"].cast<std::uint32_t>();
   m.urgent = d["urgent"].cast<bool>();
+  if (d.contains("kept_copy")) m.kept_copy = d["kept_copy"].cast<bool>();
   return m;
 }
 
@@ -133,6 +138,7 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   c.ssd_write_bandwidth = get("ssd_write", 0.0);
   c.probe_bytes = get("probe_bytes", c.probe_bytes);
   c.record_releases = get("record_releases", false);
+  c.keep_copies = get("keep_copies", true);
   c.copy_order = io::parse_copy_order(get("copy_order", std::string("deadline")));
   if (d.contains("enqueue_host_copies") && !d["enqueue_host_copies"].is_none())
     c.enqueue_host_copies = d["enqueue_host_copies"].cast<bool>();
@@ -237,6 +243,8 @@ void bind_session(py::module_& m) {
                d["peak_after"] = result->plan.peak_after;
                d["bytes_to_ssd"] = result->stats.bytes_to_ssd;
                d["bytes_to_host"] = result->stats.bytes_to_host;
+               d["kept_copy_drops"] = result->stats.clean_offloads;
+               d["bytes_dropped"] = result->stats.bytes_dropped;
                d["planning_s"] = result->stats.planning_s;
                d["message"] = result->diagnosis.message;
                d["min_feasible_budget"] = result->diagnosis.min_feasible_budget;

@@ -1,6 +1,7 @@
 #include "profile_recorder.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace teraio::torch_binding {
 
@@ -22,6 +23,12 @@ void ProfileRecorder::use(trace::TensorId id, trace::OpIndex k, std::uint64_t by
   if (inserted) order_.push_back(id);
   it->second.bytes = std::max(it->second.bytes, bytes);
   if (it->second.ops.empty() || it->second.ops.back() != k) it->second.ops.push_back(k);
+}
+
+void ProfileRecorder::write(trace::TensorId id, trace::OpIndex k) {
+  const auto it = uses_.find(id);
+  if (it != uses_.end() && (it->second.writes.empty() || it->second.writes.back() != k))
+    it->second.writes.push_back(k);
 }
 
 void ProfileRecorder::release(trace::TensorId id, trace::OpIndex k) {
@@ -49,6 +56,10 @@ trace::Trace ProfileRecorder::finish(const std::vector<double>& durations,
     // operator of a different thread's sequence; sorting keeps the trace valid regardless.
     std::sort(tensor.uses.begin(), tensor.uses.end());
     tensor.uses.erase(std::unique(tensor.uses.begin(), tensor.uses.end()), tensor.uses.end());
+    std::vector<trace::OpIndex> writes = uses.writes;
+    std::sort(writes.begin(), writes.end());
+    std::set_difference(tensor.uses.begin(), tensor.uses.end(), writes.begin(), writes.end(),
+                        std::back_inserter(tensor.read_only_uses));
     if (uses.released_before && !tensor.persistent) {
       const trace::OpIndex end = std::min(*uses.released_before, static_cast<trace::OpIndex>(out.ops.size()));
       if (end > 0 && end - 1 > tensor.uses.back()) tensor.held_after_use = end - 1 - tensor.uses.back();

@@ -21,6 +21,8 @@ class ProfileRecorder {
   const std::string& op_name(trace::OpIndex k) const { return ops_[k].name; }
   // Tensor `id` of `bytes` was used by operator k (repeats are merged).
   void use(trace::TensorId id, trace::OpIndex k, std::uint64_t bytes);
+  // Operator k (one of the tensor's uses) may change its bytes; every other use only reads.
+  void write(trace::TensorId id, trace::OpIndex k);
   // Tensor `id` was freed before operator k began (k = the step's operator count: at or after
   // its end). A tensor never released counts as freed at its last use.
   void release(trace::TensorId id, trace::OpIndex k);
@@ -33,6 +35,7 @@ class ProfileRecorder {
   struct Uses {
     std::uint64_t bytes = 0;
     std::vector<trace::OpIndex> ops;
+    std::vector<trace::OpIndex> writes;
     std::optional<trace::OpIndex> released_before;
   };
   std::vector<trace::Operator> ops_;

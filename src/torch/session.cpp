@@ -237,6 +237,8 @@ StepRecord Session::end_step() {
           return entry != nullptr && entry->born_step < step;
         },
         cat("profiled by TeraIO on ", device_.str()));
+    if (!config_.keep_copies)
+      for (trace::Tensor& t : trace_->tensors) t.read_only_uses.clear();
   }
   if (phase_ == SessionPhase::kWarmup || phase_ == SessionPhase::kProfile) {
     if (--phase_steps_left_ <= 0) {

@@ -59,6 +59,11 @@ struct SessionConfig {
   // reactive eviction. Measured both ways (bench/RESULTS.md): on is faster where the plan is
   // far over the budget (W2 at 16 GiB), off where it is close (W2 at 24 GiB); off by default.
   bool record_releases = false;
+  // Whether a tensor's copy may stay in its tier while the tensor is back on the device and
+  // only read (a weight between micro-batches), so that moving it out again drops its device
+  // memory instead of copying it (plan::Migration::kept_copy). Off: the profile records every
+  // use as a write, and the plan keeps no copies.
+  bool keep_copies = true;
   // The order the CUDA copier runs each direction's copies in: by the plan's deadlines (as the
   // simulator assumes; the default) or as issued. What ran is in the backends report.
   io::CopyOrder copy_order = io::CopyOrder::kDeadline;
@@ -156,7 +161,9 @@ class Session {
     bool counted = false;
     OpIndex k = 0;
     std::uint32_t nested = 0;
-    std::vector<TensorId> used;
+    std::vector<TensorId> used;     // its inputs first, then storages born in it
+    std::size_t inputs = 0;         // how many of `used` are inputs
+    std::vector<TensorId> written;  // inputs its schema says it may change
     const char* name = nullptr;
     double start_s = 0;
   };

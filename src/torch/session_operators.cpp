@@ -3,6 +3,7 @@
 // the operator, and how a failure inside a callback is carried to the training code.
 #include <algorithm>
 
+#include "op_writes.hpp"
 #include "session.hpp"
 #include "teraio/core/error.hpp"
 #include "teraio/core/log.hpp"
@@ -32,6 +33,21 @@ std::vector<c10::Storage> storages_of(const Values& values, const Keep& keep) {
   std::vector<c10::Storage> out;
   for (const c10::IValue& value : values) {
     for_each_tensor(value, [&](const at::Tensor& t) {
+      if (keep(t)) out.push_back(t.storage());
+    });
+  }
+  return out;
+}
+
+// The storages of the inputs the operator may write (op_writes), among those `keep` accepts.
+template <typename Keep>
+std::vector<c10::Storage> written_storages(const at::RecordFunction& fn, const Keep& keep) {
+  const std::vector<bool>& mask = written_inputs(fn);
+  const auto inputs = fn.inputs();
+  std::vector<c10::Storage> out;
+  for (std::size_t i = 0; i < inputs.size() && i < mask.size(); ++i) {
+    if (!mask[i]) continue;
+    for_each_tensor(inputs[i], [&](const at::Tensor& t) {
       if (keep(t)) out.push_back(t.storage());
     });
   }
@@ -159,6 +175,8 @@ void Session::count_op(const at::RecordFunction& fn, OpState& op, trace::Phase p
   op.k = op_counter_++;
   op.nested = 0;
   op.used.clear();
+  op.inputs = 0;
+  op.written.clear();
   const char* name = fn.name();
   op.name = name;
   births_.names.emplace_back(name != nullptr ? name : "?");
@@ -212,6 +230,7 @@ void Session::run_before_op(OpState& op) {
     // executor's work, so that the operator sees storages that own their memory
     // (recordStream, for one, skips an alias).
     executor_->before_op(op.k, op.used, expected_births(op.k));
+    executor_->written(op.written);
     memory_->hand_back_settled(*executor_);
     for (const TensorId id : op.used) {
       c10::StorageImpl* impl = table_.find_id(id);
@@ -234,20 +253,26 @@ void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, 
   interrupt_if_due();
   if (depth > 0) return;  // nested: the outermost operator already covers its inputs
   op.counted = false;
-  const std::vector<c10::Storage> inputs =
-      storages_of(fn.inputs(), [this](const at::Tensor& t) { return movable(t); });
+  const auto keep = [this](const at::Tensor& t) { return movable(t); };
+  const std::vector<c10::Storage> inputs = storages_of(fn.inputs(), keep);
+  const std::vector<c10::Storage> written = inputs.empty() ? inputs : written_storages(fn, keep);
   std::lock_guard lock(mutex_);
   if (!observing_) return;
-  if (!in_step_) {
-    // Between steps: operators on offloaded storages fetch them on demand.
+  const auto ids_of = [this](const std::vector<c10::Storage>& storages) {
     std::vector<TensorId> ids;
-    for (const auto& s : inputs) {
+    for (const auto& s : storages) {
       if (const TrackedStorage* entry = table_.find(s.unsafeGetStorageImpl())) ids.push_back(entry->id);
     }
+    return ids;
+  };
+  if (!in_step_) {
+    // Between steps: operators on offloaded storages fetch them on demand.
+    const std::vector<TensorId> ids = ids_of(inputs);
     if (ids.empty()) return;
     try {
       remove_dead();
       executor_->fetch(ids);
+      executor_->written(ids_of(written));
       memory_->hand_back_settled(*executor_);
     } catch (...) {
       record_failure(std::current_exception(), ids);
@@ -262,6 +287,8 @@ void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, 
       const TensorId id = identify(s, FirstSight{op.k, 0, slot++, false}, op.used);
       if (std::find(op.used.begin(), op.used.end(), id) == op.used.end()) op.used.push_back(id);
     }
+    op.inputs = op.used.size();
+    op.written = ids_of(written);
   } catch (...) {
     // Nothing may escape a callback (RecordFunction would swallow it and run the operator).
     record_failure(std::current_exception(), op.used);
@@ -320,6 +347,9 @@ void Session::finish_op(const at::RecordFunction& fn, OpState& op, int depth,
     for (const TensorId id : op.used) {
       if (c10::StorageImpl* impl = table_.find_id(id)) recorder_.use(id, op.k, impl->nbytes());
     }
+    // Storages born in the operator are written by it, and so are the inputs it may change.
+    for (std::size_t i = op.inputs; i < op.used.size(); ++i) recorder_.write(op.used[i], op.k);
+    for (const TensorId id : op.written) recorder_.write(id, op.k);
   }
   if (op_spans_.size() < 200000 && (phase_ == SessionPhase::kProfile || phase_ == SessionPhase::kPlanned)) {
     const char* name = fn.name();

@@ -41,6 +41,8 @@ constexpr std::uint32_t kOps = tag("OPS_");
 constexpr std::uint32_t kTensors = tag("TENS");
 constexpr std::uint32_t kUses = tag("USES");
 constexpr std::uint32_t kHeld = tag("HELD");  // optional (a later addition): held_after_use
+// Optional (a later addition): one byte per use, in USES order, 1 where the use only reads.
+constexpr std::uint32_t kReads = tag("READ");
 
 // Bounds-checked little-endian reader over one section; errors give the absolute offset.
 class Reader {
@@ -153,6 +155,22 @@ void read_held(Reader r, Trace& trace) {
   const auto held = r.column<std::uint32_t>(m, "held_after_use");
   for (std::size_t i = 0; i < m; ++i) trace.tensors[i].held_after_use = held[i];
   r.expect_end();
+}
+
+void read_reads(Reader r, Trace& trace) {
+  std::size_t total = 0;
+  for (const Tensor& t : trace.tensors) total += t.uses.size();
+  const std::size_t m = r.count("use count", 1);
+  if (m != total) r.fail(cat("holds ", m, " use flags but the USES section has ", total, " uses"));
+  const auto flags = r.column<std::uint8_t>(m, "read-only flags");
+  r.expect_end();
+  std::size_t at = 0;
+  for (Tensor& t : trace.tensors) {
+    for (const OpIndex op : t.uses) {
+      if (flags[at] > 1) r.fail(cat("use flag ", at, " is ", int{flags[at]}));
+      if (flags[at++] == 1) t.read_only_uses.push_back(op);
+    }
+  }
 }
 
 // Returns the use count of each tensor, which the USES section must add up to.
@@ -285,6 +303,7 @@ Trace parse_trace_binary(std::span<const std::byte> data) {
   const auto use_counts = read_tensors(section(kTensors, "TENS"), trace);
   read_uses(section(kUses, "USES"), trace, use_counts);
   if (sections.contains(kHeld)) read_held(section(kHeld, "HELD"), trace);
+  if (sections.contains(kReads)) read_reads(section(kReads, "READ"), trace);
   try {
     validate(trace);
   } catch (const Error& e) {
@@ -370,6 +389,15 @@ std::vector<std::byte> trace_to_binary(const Trace& trace) {
   w.begin_section(kHeld);
   w.scalar(std::uint64_t{m});
   w.column(held);
+  w.end_section();
+
+  std::vector<std::uint8_t> reads;
+  reads.reserve(total_uses);
+  for (const Tensor& t : trace.tensors)
+    for (const OpIndex op : t.uses) reads.push_back(only_reads(t, op) ? 1 : 0);
+  w.begin_section(kReads);
+  w.scalar(std::uint64_t{reads.size()});
+  w.column(reads);
   w.end_section();
 
   const std::uint64_t checksum = XXH64(w.bytes().data(), w.bytes().size(), 0);

@@ -3,6 +3,7 @@
 // Error{kFormat} naming the JSON path of the bad value. Writing is done by hand: it is much
 // faster than building a DOM, and std::to_chars gives the shortest text that reads back to
 // the same double.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -146,6 +147,20 @@ Tensor parse_tensor(const json& v, std::size_t i, std::size_t op_count) {
                       ", past the last operator ", op_count - 1));
     t.held_after_use = static_cast<std::uint32_t>(ops);
   }
+  if (const json* reads = find(v, "read_only_uses")) {
+    const json& list = to_array(*reads, {"tensors", i, "read_only_uses"});
+    for (std::size_t r = 0; r < list.size(); ++r) {
+      const Where where{"tensors", i, "read_only_uses", r};
+      const std::uint64_t op = to_u64(list[r], where, std::numeric_limits<OpIndex>::max());
+      if (!std::binary_search(t.uses.begin(), t.uses.end(), static_cast<OpIndex>(op)))
+        fail(where,
+             cat("tensor ", t.id, " has a read-only use at operator ", op, ", which is not one of its uses"));
+      if (!t.read_only_uses.empty() && op <= t.read_only_uses.back())
+        fail(where, cat("tensor ", t.id, " read-only uses are not sorted and unique (", op, " after ",
+                        t.read_only_uses.back(), ")"));
+      t.read_only_uses.push_back(static_cast<OpIndex>(op));
+    }
+  }
   return t;
 }
 
@@ -258,6 +273,14 @@ std::string trace_to_json(const Trace& trace) {
     if (t.held_after_use != 0) {
       out += ", \"held_after_use\": ";
       out += std::to_string(t.held_after_use);
+    }
+    if (!t.read_only_uses.empty()) {
+      out += ", \"read_only_uses\": [";
+      for (std::size_t r = 0; r < t.read_only_uses.size(); ++r) {
+        if (r) out += ',';
+        out += std::to_string(t.read_only_uses[r]);
+      }
+      out += ']';
     }
     out += '}';
   }

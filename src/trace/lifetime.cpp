@@ -118,7 +118,10 @@ Trace extract_step(const Trace& trace, std::size_t step) {
     copy.persistent = t.persistent;
     copy.name = t.name;
     copy.uses.reserve(static_cast<std::size_t>(last - first));
-    for (auto it = first; it != last; ++it) copy.uses.push_back(*it - begin);
+    for (auto it = first; it != last; ++it) {
+      copy.uses.push_back(*it - begin);
+      if (only_reads(t, *it)) copy.read_only_uses.push_back(*it - begin);
+    }
     // Held past its last use: only where that use is in this step, and not past its end.
     if (last == t.uses.end()) copy.held_after_use = std::min(release_op(t), end - 1) - t.uses.back();
   }

@@ -1,4 +1,5 @@
 #include "teraio/trace/trace.hpp"
+#include <algorithm>
 
 #include <unordered_set>
 
@@ -79,7 +80,19 @@ void validate(const Trace& trace) {
       throw Error(ErrorKind::kFormat,
                   cat("tensor ", t.id, " is held ", t.held_after_use, " operators after its last use ",
                       t.uses.back(), ", past the last operator ", n - 1));
+    for (std::size_t r = 0; r < t.read_only_uses.size(); ++r) {
+      if (r > 0 && t.read_only_uses[r] <= t.read_only_uses[r - 1])
+        throw Error(ErrorKind::kFormat,
+                    cat("tensor ", t.id, " read-only uses are not sorted and unique at position ", r));
+      if (!std::binary_search(t.uses.begin(), t.uses.end(), t.read_only_uses[r]))
+        throw Error(ErrorKind::kFormat, cat("tensor ", t.id, " has a read-only use at operator ",
+                                            t.read_only_uses[r], ", which is not one of its uses"));
+    }
   }
+}
+
+bool only_reads(const Tensor& t, OpIndex op) {
+  return std::binary_search(t.read_only_uses.begin(), t.read_only_uses.end(), op);
 }
 
 }  // namespace teraio::trace

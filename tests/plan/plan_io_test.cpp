@@ -27,7 +27,7 @@ Plan sample_plan() {
   p.feasible = true;
   p.migrations = {{18446744073709551615ull, 4096, Direction::kOffload, Tier::kSsd, 3, 9, false},
                   {7, 1, Direction::kOffload, Tier::kHost, 5, 6, true},
-                  {18446744073709551615ull, 4096, Direction::kPrefetch, Tier::kSsd, 20, 2, false}};
+                  {18446744073709551615ull, 4096, Direction::kPrefetch, Tier::kSsd, 20, 2, false, true}};
   return p;
 }
 
@@ -49,6 +49,7 @@ void expect_equal(const Plan& a, const Plan& b) {
     EXPECT_EQ(x.issue_before, y.issue_before);
     EXPECT_EQ(x.deadline, y.deadline);
     EXPECT_EQ(x.urgent, y.urgent);
+    EXPECT_EQ(x.kept_copy, y.kept_copy);
   }
 }
 

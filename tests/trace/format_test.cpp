@@ -44,6 +44,8 @@ Trace random_trace(std::mt19937_64& rng) {
     if (rng() % 3 == 0) x.name = "";
     if (!x.persistent && rng() % 3 == 0)
       x.held_after_use = static_cast<std::uint32_t>(rng() % (static_cast<OpIndex>(n) - x.uses.back()));
+    for (const OpIndex u : x.uses)
+      if (rng() % 2 == 0) x.read_only_uses.push_back(u);
   }
   return t;
 }
@@ -78,6 +80,22 @@ TEST(TraceFormat, BinaryWithoutTheHeldSectionHoldsNothing) {
   data.erase(data.begin() + static_cast<std::ptrdiff_t>(held_section.first),
              data.begin() + static_cast<std::ptrdiff_t>(held_section.first + held_section.second));
   EXPECT_EQ(parse_trace_binary(data).tensors[0].held_after_use, 0u);
+}
+
+TEST(TraceFormat, ReadOnlyUsesMustBeUsesInOrder) {
+  Trace t = make_trace({1, 1, 1});
+  add_tensor(t, 10, {0, 2}).read_only_uses = {1};
+  EXPECT_THROW(validate(t), Error);
+  t.tensors[0].read_only_uses = {2, 0};
+  EXPECT_THROW(validate(t), Error);
+  t.tensors[0].read_only_uses = {2};
+  EXPECT_NO_THROW(validate(t));
+  EXPECT_FALSE(only_reads(t.tensors[0], 0));
+  EXPECT_TRUE(only_reads(t.tensors[0], 2));
+  std::string json = trace_to_json(t);
+  EXPECT_NE(json.find("\"read_only_uses\": [2]"), std::string::npos) << json;
+  json.replace(json.find("[2]"), 3, "[1]");
+  EXPECT_THROW(parse_trace_json(json), Error);
 }
 
 TEST(TraceFormat, EmptyTraceRoundTrips) {

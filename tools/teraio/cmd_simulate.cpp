@@ -42,6 +42,8 @@ void write_summary(const std::string& path, const trace::Trace& t, const plan::P
       {"ssd_bytes_out", r.tier_bytes[1][0]},
       {"evictions", r.evictions},
       {"eviction_bytes", r.eviction_bytes},
+      {"dropped", r.dropped},
+      {"dropped_bytes", r.dropped_bytes},
       {"demand_fetches", r.demand_fetches},
       {"violations", r.violation_count()},
       {"pcie_d2h_util", r.channels[0].utilization},

@@ -31,6 +31,11 @@ struct Migration {
   trace::OpIndex deadline = 0;
   // Must finish before the very next operator: served ahead of every other migration.
   bool urgent = false;
+  // The tier keeps an unchanged copy of the tensor across its time on the device (only the
+  // uses between read it: trace::Tensor::read_only_uses). On a prefetch: the tier's copy stays
+  // after the fetch. On an offload: the device memory is dropped and nothing is copied, since
+  // the tier already holds these bytes from the tensor's previous prefetch.
+  bool kept_copy = false;
 
   bool operator==(const Migration&) const = default;
 };

@@ -58,8 +58,12 @@ struct PlanStats {
   std::size_t urgent = 0;           // migrations that must finish before the next operator
   std::uint64_t bytes_to_ssd = 0;   // per step
   std::uint64_t bytes_to_host = 0;  // per step
-  std::uint64_t host_peak = 0;      // largest host-tier occupancy over the step
-  std::uint64_t ssd_used = 0;       // SSD space: one extent per tensor sent there
+  // Offloads that drop the device memory because the tier kept an unchanged copy
+  // (Migration::kept_copy), and their bytes per step: not in bytes_to_ssd or bytes_to_host.
+  std::size_t clean_offloads = 0;
+  std::uint64_t bytes_dropped = 0;
+  std::uint64_t host_peak = 0;  // largest host-tier occupancy over the step
+  std::uint64_t ssd_used = 0;   // SSD space: one extent per tensor sent there
   // Prefetch slack: time from issue to deadline minus the transfer time at the route's full
   // bandwidth. What the early-prefetch pass raises; stalls under jitter eat into it.
   double min_prefetch_slack_s = 0;

@@ -117,6 +117,9 @@ struct SimulationResult {
   std::uint64_t demand_fetches = 0, demand_fetch_bytes = 0;
   std::uint64_t evictions = 0, eviction_bytes = 0;  // reactive evictions (enforce_budget)
   std::uint64_t skipped_migrations = 0;             // migrations that found nothing to do (reported step)
+  // Offloads that only dropped device memory: the tier held an unchanged copy
+  // (Migration::kept_copy, or an eviction of such a tensor).
+  std::uint64_t dropped = 0, dropped_bytes = 0;
   std::array<std::uint64_t, kViolationKindCount> violation_counts{};  // all steps
   std::vector<Violation> violations;                                  // the first max_violations
   Timeline timeline;

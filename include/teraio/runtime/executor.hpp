@@ -92,6 +92,12 @@ struct StepStats {
   // the GPU time they cost is not in stall_s (the torch binding measures it on CUDA).
   std::uint64_t device_waits = 0;
   std::uint64_t skipped = 0;  // planned migration not possible: tensor unknown, tier full, wrong state
+  // Offloads (planned or evictions) that only dropped device memory because the tensor's
+  // extent kept an unchanged copy (plan::Migration::kept_copy): not in bytes_to_*.
+  std::uint64_t dropped = 0;
+  std::uint64_t bytes_dropped = 0;
+  // Kept copies given back because a tier had no room for a tensor that had to leave.
+  std::uint64_t copies_given_up = 0;
   // Fetches whose allocation the device refused at first (memory TeraIO does not track, or
   // fragmentation): tensors were moved out beyond the budget and the allocation retried.
   std::uint64_t allocation_retries = 0;
@@ -151,6 +157,13 @@ class Executor {
   // After operator k: retires completed transfers and, outside kPassive, evicts idle tensors
   // (not in `used`) until resident bytes fit the budget again.
   void after_op(OpIndex k, std::span<const TensorId> used);
+  // The operator about to run (or just run) changes these tensors' bytes on the device: copies
+  // kept off it (plan::Migration::kept_copy) are stale, and their extents go back. Unknown ids
+  // are ignored. The caller says so for every write it sees; a copy is only ever dropped to
+  // when no write came between.
+  void written(std::span<const TensorId> ids);
+  // Whether the tensor is on the device with an unchanged copy kept in a tier.
+  bool copy_kept(TensorId id) const;
   // Closes the step's statistics; transfers in flight carry on into the next step.
   StepStats end_step();
 

@@ -57,9 +57,17 @@ struct Tensor {
   // memory (a Python variable not yet reassigned, a list not yet cleared). Planning as if it
   // were freed at its last use would leave the step over its budget by those bytes.
   std::uint32_t held_after_use = 0;
+  // The uses that only read its bytes (a subset of uses, sorted). Any other use may change
+  // them. A copy of the tensor made off the device stays valid across read-only uses, so a
+  // later move out can drop the device memory instead of copying it again. Empty (traces
+  // without this record): every use may write.
+  std::vector<OpIndex> read_only_uses;
 
   bool operator==(const Tensor&) const = default;
 };
+
+// Whether use `op` of t (one of t.uses) only reads it.
+bool only_reads(const Tensor& t, OpIndex op);
 
 // The last operator during which tensor t holds device memory (step-local tensors).
 inline OpIndex release_op(const Tensor& t) {

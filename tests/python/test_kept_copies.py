@@ -1,0 +1,88 @@
+"""Copies kept in the tier while a tensor is only read (plan::Migration::kept_copy): between
+micro-batches a weight is read, never written, so after its first trip out and back its tier
+copy stays valid and moving it out again drops its device memory instead of copying it. The
+training must stay bit-exact, a write the plan did not expect must make the kept copy stale,
+and Session(keep_copies=False) must keep none.
+"""
+from __future__ import annotations
+
+import torch
+
+import teraio
+from teraio.models import GPT, GPTConfig
+from test_training_exact import (STEPS, adamw, assert_exact, batches, budget_kwargs, check_case, footprint,
+                                 planned_steps, snapshot_optimizer, snapshot_params, Run)
+
+ACCUMULATE = 4
+# Weights outweigh a micro-batch's activations (one short sequence), so under the budget below
+# weights must leave between their forward and backward uses in every micro-batch.
+WIDE = GPTConfig(vocab=256, d_model=128, layers=2, heads=2, seq=8, batch=1, tie_weights=False)
+BUDGET_FRACTION = 0.3
+
+
+def gpt() -> torch.nn.Module:
+    return GPT(WIDE)
+
+
+def kwargs(device, swap_dir, **overrides):
+    budget = int(BUDGET_FRACTION * footprint(gpt, adamw, device, ACCUMULATE))
+    return budget_kwargs(gpt, adamw, device, swap_dir, ACCUMULATE, gpu_budget=budget, **overrides)
+
+
+def test_weights_read_between_micro_batches_are_dropped_not_copied(device, swap_dir):
+    run = check_case(gpt, adamw, device, swap_dir, accumulate=ACCUMULATE,
+                     gpu_budget=kwargs(device, swap_dir)["gpu_budget"])
+    planned = planned_steps(run)
+    assert run.report["plan"]["bytes_dropped"] > 0, run.report["plan"]
+    assert all(s["bytes_dropped"] > 0 for s in planned), [s["bytes_dropped"] for s in planned]
+
+
+def test_keep_copies_off_drops_nothing(device, swap_dir):
+    run = check_case(gpt, adamw, device, swap_dir, accumulate=ACCUMULATE, keep_copies=False,
+                     gpu_budget=kwargs(device, swap_dir)["gpu_budget"])
+    assert run.report["plan"]["bytes_dropped"] == 0, run.report["plan"]
+    assert all(s["bytes_dropped"] == 0 for s in planned_steps(run))
+
+
+def train_with_late_writes(device, session_kwargs=None, nudge_from=5):
+    """gpt + AdamW with ACCUMULATE micro-batches, where from step `nudge_from` on every weight is
+    changed in place after the second micro-batch: a write the profiled steps never had."""
+    torch.manual_seed(0)
+    model = gpt().to(device)
+    optimizer = adamw(model.parameters())
+    data = batches(model.config, STEPS * ACCUMULATE, 0)
+    session = None if session_kwargs is None else teraio.Session(device=device, **session_kwargs)
+    losses = []
+    try:
+        for step in range(STEPS):
+            context = session.step() if session is not None else None
+            if context is not None:
+                context.__enter__()
+            try:
+                for i, (tokens, targets) in enumerate(data[step * ACCUMULATE:(step + 1) * ACCUMULATE]):
+                    loss = model(tokens.to(device), targets.to(device))
+                    (loss / ACCUMULATE).backward()
+                    losses.append(loss.detach().to("cpu", copy=True))
+                    if step >= nudge_from and i == 1:
+                        with torch.no_grad():
+                            for p in model.parameters():
+                                p.add_(1e-3)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            finally:
+                if context is not None:
+                    context.__exit__(None, None, None)
+        params, state = snapshot_params(model), snapshot_optimizer(optimizer)
+        return Run(losses, params, state, None if session is None else session.report().to_dict())
+    finally:
+        if session is not None:
+            session.close()
+
+
+def test_a_write_the_plan_did_not_expect_makes_the_kept_copy_stale(device, swap_dir):
+    want = train_with_late_writes(device)
+    got = train_with_late_writes(device, kwargs(device, swap_dir))
+    assert_exact(want, got)
+    steps = got.report["steps"]
+    # Copies were kept and dropped to before the writes began.
+    assert any(s["bytes_dropped"] > 0 for s in steps[:5]), [s["bytes_dropped"] for s in steps]
