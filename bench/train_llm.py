@@ -163,10 +163,10 @@ def parse_args(argv):
     p.add_argument("--recast-weights", choices=("on", "off"), default="on",
                    help="TeraIO modes: Session(recast_weights=...): make autocast's bf16 copies of the weights again "
                         "in the backward pass instead of keeping them from the forward (teraio.recast; default on)")
-    p.add_argument("--keep-copies", choices=("on", "off"), default="on",
+    p.add_argument("--keep-copies", choices=("on", "off"), default="off",
                    help="TeraIO modes: Session(keep_copies=...): a tensor only read since it came back (a weight "
                         "between micro-batches) keeps its tier copy, and moving it out again drops its device memory "
-                        "instead of copying it (default on)")
+                        "instead of copying it (default off)")
     p.add_argument("--gpu-profile", action="store_true",
                    help="after the measured steps, run one more step under torch.profiler (CUDA) and report "
                         "where its GPU time went (bench/gpu_profile.py): kernels, idle time with and without "

@@ -171,7 +171,7 @@ class Session:
         record_releases=False,
         copy_order="deadline",
         recast_weights=False,
-        keep_copies=True,
+        keep_copies=False,
     ):
         if isinstance(ssd, (str, os.PathLike)):
             ssd = [ssd]

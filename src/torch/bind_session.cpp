@@ -138,7 +138,7 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   c.ssd_write_bandwidth = get("ssd_write", 0.0);
   c.probe_bytes = get("probe_bytes", c.probe_bytes);
   c.record_releases = get("record_releases", false);
-  c.keep_copies = get("keep_copies", true);
+  c.keep_copies = get("keep_copies", false);
   c.copy_order = io::parse_copy_order(get("copy_order", std::string("deadline")));
   if (d.contains("enqueue_host_copies") && !d["enqueue_host_copies"].is_none())
     c.enqueue_host_copies = d["enqueue_host_copies"].cast<bool>();

@@ -62,8 +62,9 @@ struct SessionConfig {
   // Whether a tensor's copy may stay in its tier while the tensor is back on the device and
   // only read (a weight between micro-batches), so that moving it out again drops its device
   // memory instead of copying it (plan::Migration::kept_copy). Off: the profile records every
-  // use as a write, and the plan keeps no copies.
-  bool keep_copies = true;
+  // use as a write, and the plan keeps no copies. Off by default: on W3 offloading alone the
+  // host tier ran full in the second planned step with it on (bench/RESULTS.md, session 12).
+  bool keep_copies = false;
   // The order the CUDA copier runs each direction's copies in: by the plan's deadlines (as the
   // simulator assumes; the default) or as issued. What ran is in the backends report.
   io::CopyOrder copy_order = io::CopyOrder::kDeadline;

@@ -1,8 +1,12 @@
 """Copies kept in the tier while a tensor is only read (plan::Migration::kept_copy): between
 micro-batches a weight is read, never written, so after its first trip out and back its tier
-copy stays valid and moving it out again drops its device memory instead of copying it. The
-training must stay bit-exact, a write the plan did not expect must make the kept copy stale,
-and Session(keep_copies=False) must keep none.
+copy stays valid and moving it out again drops its device memory instead of copying it.
+
+Whether the planner keeps a copy depends on the profiled operator times, so the tests of the
+runtime and the binding do not rely on it: a plan filter marks every migration kept_copy. The
+runtime then keeps a copy after every fetch and drops to it unless the binding reported a
+write in between, so the training stays bit-exact only if every write is seen (the schema's
+alias annotations, writes the profiled steps never had included).
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from test_training_exact import (STEPS, adamw, assert_exact, batches, budget_kwa
 
 ACCUMULATE = 4
 # Weights outweigh a micro-batch's activations (one short sequence), so under the budget below
-# weights must leave between their forward and backward uses in every micro-batch.
+# weights or gradients must leave between their uses in every micro-batch.
 WIDE = GPTConfig(vocab=256, d_model=128, layers=2, heads=2, seq=8, batch=1, tie_weights=False)
 BUDGET_FRACTION = 0.3
 
@@ -29,19 +33,32 @@ def kwargs(device, swap_dir, **overrides):
     return budget_kwargs(gpt, adamw, device, swap_dir, ACCUMULATE, gpu_budget=budget, **overrides)
 
 
-def test_weights_read_between_micro_batches_are_dropped_not_copied(device, swap_dir):
+def keep_every_copy(migrations):
+    return [dict(m, kept_copy=True) for m in migrations]
+
+
+def dropped(run: Run) -> int:
+    return sum(s["bytes_dropped"] for s in planned_steps(run))
+
+
+def test_every_copy_kept_stays_exact_and_drops_unchanged_tensors(device, swap_dir):
+    run = check_case(gpt, adamw, device, swap_dir, accumulate=ACCUMULATE, plan_filter=keep_every_copy,
+                     **{k: v for k, v in kwargs(device, swap_dir).items() if k == "gpu_budget"})
+    assert dropped(run) > 0, [s["bytes_dropped"] for s in planned_steps(run)]
+
+
+def test_the_planners_kept_copies_stay_exact(device, swap_dir):
+    run = check_case(gpt, adamw, device, swap_dir, accumulate=ACCUMULATE, keep_copies=True,
+                     gpu_budget=kwargs(device, swap_dir)["gpu_budget"])
+    # The plan's own choice: drops happen exactly when it planned some.
+    assert (run.report["plan"]["bytes_dropped"] > 0) == (dropped(run) > 0), run.report["plan"]
+
+
+def test_copies_are_kept_only_when_asked(device, swap_dir):
     run = check_case(gpt, adamw, device, swap_dir, accumulate=ACCUMULATE,
                      gpu_budget=kwargs(device, swap_dir)["gpu_budget"])
-    planned = planned_steps(run)
-    assert run.report["plan"]["bytes_dropped"] > 0, run.report["plan"]
-    assert all(s["bytes_dropped"] > 0 for s in planned), [s["bytes_dropped"] for s in planned]
-
-
-def test_keep_copies_off_drops_nothing(device, swap_dir):
-    run = check_case(gpt, adamw, device, swap_dir, accumulate=ACCUMULATE, keep_copies=False,
-                     gpu_budget=kwargs(device, swap_dir)["gpu_budget"])
     assert run.report["plan"]["bytes_dropped"] == 0, run.report["plan"]
-    assert all(s["bytes_dropped"] == 0 for s in planned_steps(run))
+    assert dropped(run) == 0
 
 
 def train_with_late_writes(device, session_kwargs=None, nudge_from=5):
@@ -81,8 +98,7 @@ def train_with_late_writes(device, session_kwargs=None, nudge_from=5):
 
 def test_a_write_the_plan_did_not_expect_makes_the_kept_copy_stale(device, swap_dir):
     want = train_with_late_writes(device)
-    got = train_with_late_writes(device, kwargs(device, swap_dir))
+    got = train_with_late_writes(device, kwargs(device, swap_dir, plan_filter=keep_every_copy))
     assert_exact(want, got)
     steps = got.report["steps"]
-    # Copies were kept and dropped to before the writes began.
     assert any(s["bytes_dropped"] > 0 for s in steps[:5]), [s["bytes_dropped"] for s in steps]
