@@ -299,7 +299,9 @@ class Greedy {
           j = begin;
         }
         if (accepted_at_[j] == kNone) continue;
-        a.keeps_copy = accepted_[accepted_at_[j]].choice.clean;
+        // On another tier the copy would not be where the clean period's prefetch reads it.
+        const Choice& next = accepted_[accepted_at_[j]].choice;
+        a.keeps_copy = next.clean && next.tier == a.choice.tier;
         break;
       }
     }

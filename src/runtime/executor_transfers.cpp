@@ -102,6 +102,7 @@ void Executor::State::fetched(Entry& e, std::optional<io::Extent>& release) {
 }
 
 void Executor::State::invalidate_copy(TensorId id, Entry& e) {
+  e.keep_after_fetch = false;  // a fetch still in flight keeps nothing
   if (!e.copy_kept) return;
   e.copy_kept = false;
   // The fetch that read the extent may still be settling: the extent goes back with it.

@@ -11,8 +11,9 @@ namespace teraio::torch_binding {
 
 // For each of the operator's inputs (fn.inputs(), in order): true where the operator may write
 // the tensors that input holds. Without a schema that matches the inputs (not a dispatcher
-// operator), every input counts as written. Cached per thread by operator name and input
-// count: overloads that differ in what they write differ in their argument count (out=).
+// operator), every input counts as written, and so does every input of the few operators whose
+// schemas leave writes out (batch and instance norm's running statistics, c10d collectives).
+// Cached per thread by operator name, overload and input count.
 const std::vector<bool>& written_inputs(const at::RecordFunction& fn);
 
 }  // namespace teraio::torch_binding

@@ -378,6 +378,9 @@ void Session::set_migrations(std::vector<plan::Migration> migrations) {
     }
   }
   plan_->plan.migrations = std::move(migrations);
+  tracks_writes_ =
+      config_.keep_copies || std::any_of(plan_->plan.migrations.begin(), plan_->plan.migrations.end(),
+                                         [](const plan::Migration& m) { return m.kept_copy; });
   plan_op_names_.clear();
   for (const auto& op : trace_->ops) plan_op_names_.push_back(op.name);
   plan_bytes_.clear();
@@ -391,7 +394,10 @@ void Session::bring_everything_back() {
   executor_->set_mode(runtime::Mode::kPassive);
   executor_->drain();
   remove_dead();
-  executor_->fetch(tracked_ids({}));
+  const std::vector<TensorId> all = tracked_ids({});
+  executor_->fetch(all);
+  // Unobserved from here on: writes would go unseen, so no copy may stay kept.
+  executor_->written(all);
   memory_->hand_back_settled(*executor_);
 }
 
@@ -468,7 +474,11 @@ std::uint64_t Session::enter_resident(const std::vector<at::Tensor>& tensors) {
   try {
     remove_dead();
     executor_->set_mode(runtime::Mode::kPassive);
-    executor_->fetch(tracked_ids(tensors));
+    const std::vector<TensorId> ids = tracked_ids(tensors);
+    executor_->fetch(ids);
+    // resident() is for code that reads or writes storage directly, which the session cannot
+    // see: the copies kept of these tensors may be stale when it ends.
+    executor_->written(ids);
   } catch (...) {
     --resident_depth_;
     throw;

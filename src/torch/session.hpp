@@ -191,6 +191,10 @@ class Session {
   void count_op(const at::RecordFunction& fn, OpState& op, trace::Phase phase);
   void run_before_op(OpState& op);
   void record_failure(std::exception_ptr error, const std::vector<TensorId>& used);
+  // Copies kept of these tensors are stale (they are written); never throws (callbacks).
+  void forget_kept_copies(const std::vector<TensorId>& ids);
+  // A nested operator may write storages its outermost operator's schema does not name.
+  void note_nested_writes(const at::RecordFunction& fn);
   // Zeroed memory for a storage an operator is about to use without its bytes; never throws.
   void give_scratch(c10::StorageImpl* impl);
   void interrupt_if_due();
@@ -208,6 +212,9 @@ class Session {
   runtime::Mode step_mode() const;
   void probe_bandwidths();
 
+  // Whether operators' writes are looked for: the profile records them (keep_copies), or the
+  // plan keeps copies that a write makes stale. Read by callbacks without the lock.
+  std::atomic<bool> tracks_writes_{false};
   SessionConfig config_;
   c10::Device device_;
   std::unique_ptr<io::DeviceCopier> copier_;

@@ -156,6 +156,30 @@ void Session::record_failure(std::exception_ptr error, const std::vector<TensorI
   }
 }
 
+void Session::forget_kept_copies(const std::vector<TensorId>& ids) {
+  if (ids.empty() || !tracks_writes_) return;
+  try {
+    executor_->written(ids);
+  } catch (...) {
+    // Giving an extent back failed: the copy is marked stale all the same (the executor
+    // clears it first), so nothing is dropped to; the error surfaces like a transfer's.
+    record_failure(std::current_exception(), {});
+  }
+}
+
+void Session::note_nested_writes(const at::RecordFunction& fn) {
+  const std::vector<c10::Storage> written =
+      written_storages(fn, [this](const at::Tensor& t) { return movable(t); });
+  if (written.empty()) return;
+  std::lock_guard lock(mutex_);
+  if (!observing_) return;
+  std::vector<TensorId> ids;
+  for (const auto& s : written) {
+    if (const TrackedStorage* entry = table_.find(s.unsafeGetStorageImpl())) ids.push_back(entry->id);
+  }
+  forget_kept_copies(ids);
+}
+
 void Session::give_scratch(c10::StorageImpl* impl) {
   try {
     memory_->give_scratch(impl);
@@ -230,7 +254,6 @@ void Session::run_before_op(OpState& op) {
     // executor's work, so that the operator sees storages that own their memory
     // (recordStream, for one, skips an alias).
     executor_->before_op(op.k, op.used, expected_births(op.k));
-    executor_->written(op.written);
     memory_->hand_back_settled(*executor_);
     for (const TensorId id : op.used) {
       c10::StorageImpl* impl = table_.find_id(id);
@@ -245,17 +268,26 @@ void Session::run_before_op(OpState& op) {
   } catch (...) {
     record_failure(std::current_exception(), op.used);
   }
+  // Also after a failure above: RecordFunction runs the operator anyway, so its writes happen.
+  forget_kept_copies(op.written);
   if (phase_ == SessionPhase::kProfile) timer_->start(op.k);
   op.start_s = executor_->now_s();
 }
 
 void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, trace::Phase phase) {
   interrupt_if_due();
-  if (depth > 0) return;  // nested: the outermost operator already covers its inputs
+  if (depth > 0) {
+    // Nested: the outermost operator already covers its inputs, but not always what it writes.
+    if (tracks_writes_) note_nested_writes(fn);
+    return;
+  }
   op.counted = false;
   const auto keep = [this](const at::Tensor& t) { return movable(t); };
   const std::vector<c10::Storage> inputs = storages_of(fn.inputs(), keep);
-  const std::vector<c10::Storage> written = inputs.empty() ? inputs : written_storages(fn, keep);
+  // Writes matter only to kept copies: the profile of keep_copies, or a plan that keeps some.
+  const bool writes = config_.keep_copies || tracks_writes_;
+  const std::vector<c10::Storage> written =
+      inputs.empty() || !writes ? std::vector<c10::Storage>{} : written_storages(fn, keep);
   std::lock_guard lock(mutex_);
   if (!observing_) return;
   const auto ids_of = [this](const std::vector<c10::Storage>& storages) {
@@ -272,11 +304,11 @@ void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, 
     try {
       remove_dead();
       executor_->fetch(ids);
-      executor_->written(ids_of(written));
       memory_->hand_back_settled(*executor_);
     } catch (...) {
       record_failure(std::current_exception(), ids);
     }
+    forget_kept_copies(ids_of(written));
     return;
   }
   if (inputs.empty()) return;  // counted at its end if it produces storages on the device
@@ -348,9 +380,16 @@ void Session::finish_op(const at::RecordFunction& fn, OpState& op, int depth,
       if (c10::StorageImpl* impl = table_.find_id(id)) recorder_.use(id, op.k, impl->nbytes());
     }
     // Storages born in the operator are written by it, and so are the inputs it may change.
-    for (std::size_t i = op.inputs; i < op.used.size(); ++i) recorder_.write(op.used[i], op.k);
-    for (const TensorId id : op.written) recorder_.write(id, op.k);
+    if (config_.keep_copies) {
+      for (std::size_t i = op.inputs; i < op.used.size(); ++i) recorder_.write(op.used[i], op.k);
+      for (const TensorId id : op.written) recorder_.write(id, op.k);
+    }
   }
+  // An output that is not an input but was tracked before (an operator returning a cached
+  // tensor) was written as well.
+  if (tracks_writes_ && op.used.size() > op.inputs)
+    forget_kept_copies(
+        std::vector<TensorId>(op.used.begin() + static_cast<std::ptrdiff_t>(op.inputs), op.used.end()));
   if (op_spans_.size() < 200000 && (phase_ == SessionPhase::kProfile || phase_ == SessionPhase::kPlanned)) {
     const char* name = fn.name();
     op_spans_.push_back(runtime::OpSpan{name != nullptr ? name : "?", op.start_s, executor_->now_s(),

@@ -102,3 +102,81 @@ def test_a_write_the_plan_did_not_expect_makes_the_kept_copy_stale(device, swap_
     assert_exact(want, got)
     steps = got.report["steps"]
     assert any(s["bytes_dropped"] > 0 for s in steps[:5]), [s["bytes_dropped"] for s in steps]
+
+
+class NormAndOut(GPT):
+    """Writes a schema-based check could miss: BatchNorm's running statistics (not annotated as
+    written in every PyTorch), and `out=` of an overload whose in-place sibling of the same
+    arity writes nothing (`div.out` after `div.Tensor_mode`)."""
+
+    def __init__(self):
+        super().__init__(WIDE)
+        self.norm_in = torch.nn.Linear(WIDE.d_model, 2048)
+        self.norm = torch.nn.BatchNorm1d(2048)
+        self.register_buffer("acc", torch.ones(4096))
+
+    def forward(self, tokens, targets=None):
+        torch.div(self.tok.weight, 2.0, rounding_mode="floor")
+        loss = super().forward(tokens, targets)
+        torch.div(self.acc, 1.5, out=self.acc)
+        h = self.norm_in(self.tok(tokens).reshape(-1, WIDE.d_model))
+        return loss + 1e-3 * self.norm(h).square().mean() + self.acc.sum()
+
+
+def norm_and_out() -> torch.nn.Module:
+    return NormAndOut()
+
+
+def test_writes_schemas_leave_out_make_copies_stale(device, swap_dir):
+    budget = int(0.5 * footprint(norm_and_out, adamw, device, ACCUMULATE))
+    check_case(norm_and_out, adamw, device, swap_dir, accumulate=ACCUMULATE, plan_filter=keep_every_copy,
+               gpu_budget=budget)
+
+
+def test_writes_inside_resident_make_copies_stale(device, swap_dir):
+    """resident() is for code that touches storage directly; what it writes must not be undone."""
+    def train(session_kwargs=None):
+        torch.manual_seed(0)
+        model = gpt().to(device)
+        optimizer = adamw(model.parameters())
+        data = batches(model.config, STEPS * ACCUMULATE, 0)
+        session = None if session_kwargs is None else teraio.Session(device=device, **session_kwargs)
+        losses = []
+        try:
+            for step in range(STEPS):
+                context = session.step() if session is not None else None
+                if context is not None:
+                    context.__enter__()
+                try:
+                    for tokens, targets in data[step * ACCUMULATE:(step + 1) * ACCUMULATE]:
+                        loss = model(tokens.to(device), targets.to(device))
+                        (loss / ACCUMULATE).backward()
+                        losses.append(loss.detach().to("cpu", copy=True))
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                finally:
+                    if context is not None:
+                        context.__exit__(None, None, None)
+                if step >= 4:
+                    resident = session.resident(model) if session is not None else None
+                    if resident is not None:
+                        resident.__enter__()
+                    try:
+                        with torch.no_grad():
+                            for p in model.parameters():
+                                # Through a raw pointer's view of the memory on the CPU; on CUDA
+                                # through an operator the session does not observe outside a step.
+                                if p.device.type == "cpu":
+                                    p.detach().numpy()[...] += 1e-3
+                                else:
+                                    p.data.add_(1e-3)
+                    finally:
+                        if resident is not None:
+                            resident.__exit__(None, None, None)
+            return Run(losses, snapshot_params(model), snapshot_optimizer(optimizer),
+                       None if session is None else session.report().to_dict())
+        finally:
+            if session is not None:
+                session.close()
+
+    assert_exact(train(), train(kwargs(device, swap_dir, plan_filter=keep_every_copy)))
