@@ -10,6 +10,8 @@ alias annotations, writes the profiled steps never had included).
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 import teraio
@@ -61,9 +63,10 @@ def test_copies_are_kept_only_when_asked(device, swap_dir):
     assert dropped(run) == 0
 
 
-def train_with_late_writes(device, session_kwargs=None, nudge_from=5):
-    """gpt + AdamW with ACCUMULATE micro-batches, where from step `nudge_from` on every weight is
-    changed in place after the second micro-batch: a write the profiled steps never had."""
+def train(device, session_kwargs=None, after_micro_batch=None, after_step=None):
+    """gpt + AdamW with ACCUMULATE micro-batches per step, under a session when given its
+    arguments. after_micro_batch(model, step, i) runs inside the step after micro-batch i;
+    after_step(model, session, step) runs between steps."""
     torch.manual_seed(0)
     model = gpt().to(device)
     optimizer = adamw(model.parameters())
@@ -72,23 +75,17 @@ def train_with_late_writes(device, session_kwargs=None, nudge_from=5):
     losses = []
     try:
         for step in range(STEPS):
-            context = session.step() if session is not None else None
-            if context is not None:
-                context.__enter__()
-            try:
+            with session.step() if session is not None else contextlib.nullcontext():
                 for i, (tokens, targets) in enumerate(data[step * ACCUMULATE:(step + 1) * ACCUMULATE]):
                     loss = model(tokens.to(device), targets.to(device))
                     (loss / ACCUMULATE).backward()
                     losses.append(loss.detach().to("cpu", copy=True))
-                    if step >= nudge_from and i == 1:
-                        with torch.no_grad():
-                            for p in model.parameters():
-                                p.add_(1e-3)
+                    if after_micro_batch is not None:
+                        after_micro_batch(model, step, i)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
-            finally:
-                if context is not None:
-                    context.__exit__(None, None, None)
+            if after_step is not None:
+                after_step(model, session, step)
         params, state = snapshot_params(model), snapshot_optimizer(optimizer)
         return Run(losses, params, state, None if session is None else session.report().to_dict())
     finally:
@@ -96,9 +93,18 @@ def train_with_late_writes(device, session_kwargs=None, nudge_from=5):
             session.close()
 
 
+def nudge_late(model, step, i):
+    """From step 5 on, every weight changes in place after the second micro-batch: a write the
+    profiled steps never had."""
+    if step >= 5 and i == 1:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1e-3)
+
+
 def test_a_write_the_plan_did_not_expect_makes_the_kept_copy_stale(device, swap_dir):
-    want = train_with_late_writes(device)
-    got = train_with_late_writes(device, kwargs(device, swap_dir, plan_filter=keep_every_copy))
+    want = train(device, after_micro_batch=nudge_late)
+    got = train(device, kwargs(device, swap_dir, plan_filter=keep_every_copy), after_micro_batch=nudge_late)
     assert_exact(want, got)
     steps = got.report["steps"]
     assert any(s["bytes_dropped"] > 0 for s in steps[:5]), [s["bytes_dropped"] for s in steps]
@@ -135,48 +141,18 @@ def test_writes_schemas_leave_out_make_copies_stale(device, swap_dir):
 
 def test_writes_inside_resident_make_copies_stale(device, swap_dir):
     """resident() is for code that touches storage directly; what it writes must not be undone."""
-    def train(session_kwargs=None):
-        torch.manual_seed(0)
-        model = gpt().to(device)
-        optimizer = adamw(model.parameters())
-        data = batches(model.config, STEPS * ACCUMULATE, 0)
-        session = None if session_kwargs is None else teraio.Session(device=device, **session_kwargs)
-        losses = []
-        try:
-            for step in range(STEPS):
-                context = session.step() if session is not None else None
-                if context is not None:
-                    context.__enter__()
-                try:
-                    for tokens, targets in data[step * ACCUMULATE:(step + 1) * ACCUMULATE]:
-                        loss = model(tokens.to(device), targets.to(device))
-                        (loss / ACCUMULATE).backward()
-                        losses.append(loss.detach().to("cpu", copy=True))
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                finally:
-                    if context is not None:
-                        context.__exit__(None, None, None)
-                if step >= 4:
-                    resident = session.resident(model) if session is not None else None
-                    if resident is not None:
-                        resident.__enter__()
-                    try:
-                        with torch.no_grad():
-                            for p in model.parameters():
-                                # Through a raw pointer's view of the memory on the CPU; on CUDA
-                                # through an operator the session does not observe outside a step.
-                                if p.device.type == "cpu":
-                                    p.detach().numpy()[...] += 1e-3
-                                else:
-                                    p.data.add_(1e-3)
-                    finally:
-                        if resident is not None:
-                            resident.__exit__(None, None, None)
-            return Run(losses, snapshot_params(model), snapshot_optimizer(optimizer),
-                       None if session is None else session.report().to_dict())
-        finally:
-            if session is not None:
-                session.close()
+    def write_directly(model, session, step):
+        if step < 4:
+            return
+        with session.resident(model) if session is not None else contextlib.nullcontext():
+            with torch.no_grad():
+                for p in model.parameters():
+                    # Through numpy's view of the memory on the CPU, which no operator sees; on
+                    # CUDA through an in-place operator on an alias (.data).
+                    if p.device.type == "cpu":
+                        p.detach().numpy()[...] += 1e-3
+                    else:
+                        p.data.add_(1e-3)
 
-    assert_exact(train(), train(kwargs(device, swap_dir, plan_filter=keep_every_copy)))
+    assert_exact(train(device, after_step=write_directly),
+                 train(device, kwargs(device, swap_dir, plan_filter=keep_every_copy), after_step=write_directly))
