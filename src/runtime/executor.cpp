@@ -258,6 +258,11 @@ void Executor::fetch_all() {
   });
 }
 
+void Executor::drain_keeping_valid() {
+  std::lock_guard lock(state_->mutex);
+  state_->drain(true);
+}
+
 void Executor::drain() {
   std::lock_guard lock(state_->mutex);
   state_->drain();

@@ -276,7 +276,9 @@ struct Executor::State {
 
   void issue(const plan::Migration& migration, OpIndex op, std::span<const TensorId> used);
 
-  void drain();
+  // Waits for every transfer and retires it; rethrows the first failure (with
+  // `keep_valid`, failures that left the bytes where they were valid are only logged).
+  void drain(bool keep_valid = false);
 };
 
 }  // namespace teraio::runtime

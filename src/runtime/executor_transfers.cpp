@@ -342,7 +342,7 @@ void Executor::State::forget_freed(std::optional<TensorId> keep) {
   for (const TensorId id : freed) forget(entries.find(id));
 }
 
-void Executor::State::drain() {
+void Executor::State::drain(bool keep_valid) {
   std::exception_ptr first;
   while (!settling.empty()) {
     std::exception_ptr failure = retire_settled(0, StallCause::kDrain, current_op);
@@ -360,7 +360,8 @@ void Executor::State::drain() {
     try {
       finish(id, e);
     } catch (...) {
-      if (first) {
+      // finish() leaves the tensor where its bytes are valid when a transfer fails.
+      if (first || keep_valid) {
         log_lost(std::current_exception());
       } else {
         first = std::current_exception();

@@ -392,7 +392,9 @@ void Session::set_migrations(std::vector<plan::Migration> migrations) {
 
 void Session::bring_everything_back() {
   executor_->set_mode(runtime::Mode::kPassive);
-  executor_->drain();
+  // A prefetch that failed after its step already ended with an error left its tensor in the
+  // tier: the fetches below bring it back, so its failure is only logged here.
+  executor_->drain_keeping_valid();
   remove_dead();
   const std::vector<TensorId> all = tracked_ids({});
   executor_->fetch(all);

@@ -9,6 +9,7 @@ namespace {
 
 using testing::offload;
 using testing::plan_of;
+using testing::prefetch;
 using testing::Rig;
 using testing::RigOptions;
 
@@ -63,6 +64,32 @@ TEST(ExecutorFaults, FailedFetchLeavesTheTensorOnItsTierAndCanBeRetried) {
   ex.before_op(2, used);
   EXPECT_EQ(ex.location(1), Location::kDevice);
   EXPECT_TRUE(rig.memory().intact(1));
+}
+
+// Bringing everything back after a failed step: a prefetch still in flight that fails leaves
+// its tensor on the tier, so drain_keeping_valid() only logs it and the tensor can be fetched.
+TEST(ExecutorFaults, DrainKeepingValidLogsAFailedPrefetchWhoseBytesStayOnTheTier) {
+  for (const bool keeping_valid : {false, true}) {
+    Rig rig(0, failing_request(2));
+    Executor& ex = rig.executor();
+    rig.add(1, kBytes);
+    ex.set_plan(
+        plan_of({offload(1, kBytes, plan::Tier::kSsd, 0), prefetch(1, kBytes, plan::Tier::kSsd, 1, 2)}));
+    ex.set_mode(Mode::kPlanned);
+    ex.before_op(0, {});
+    ex.drain();
+    ASSERT_EQ(ex.location(1), Location::kSsd);
+    ex.before_op(1, {});  // issues the prefetch, whose read fails
+    if (keeping_valid) {
+      EXPECT_NO_THROW(ex.drain_keeping_valid());
+    } else {
+      expect_io_error([&] { ex.drain(); });
+    }
+    EXPECT_EQ(ex.location(1), Location::kSsd);
+    const TensorId one[] = {1};
+    ex.fetch(one);
+    EXPECT_TRUE(rig.memory().intact(1)) << (keeping_valid ? "drain_keeping_valid" : "drain");
+  }
 }
 
 TEST(ExecutorFaults, FailedEvictionSurfacesFromTheOperatorAndKeepsTheData) {

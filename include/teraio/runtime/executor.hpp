@@ -176,6 +176,10 @@ class Executor {
   void fetch_all();
   // Waits for every transfer in flight and retires it.
   void drain();
+  // The same, where a failed transfer that left its tensor's bytes valid (a copy that did not
+  // settle on the device: the tensor stays where it was) is only logged: for bringing every
+  // tensor back after a step already failed. A failure that lost bytes is still rethrown.
+  void drain_keeping_valid();
 
   // Seconds since construction, on the clock the spans use.
   double now_s() const;
