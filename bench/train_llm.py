@@ -562,7 +562,7 @@ def train(args, workload, mode, device, result, stem):
                 record.update(session_fields(native))
             warmup = 0
         tuned = len(result["steps"])
-        saved_early = False
+        saved = False
         for i in range(warmup + args.steps):
             # The allocator's counters are read outside the timed part.
             with watch.step() as held_up:
@@ -577,17 +577,18 @@ def train(args, workload, mode, device, result, stem):
             if session is not None:
                 record.update(session_fields(session.last_step))
             print_step(args, mode, record, tuned + warmup + args.steps)
-            if args.save_trace and session is not None and session.phase == "planned" and not saved_early:
-                # Saved as soon as there is a plan, so that a failing planned step still leaves them.
-                session.save_trace(f"{stem}-{mode}-trace.tiotrace")
-                session.save_plan(f"{stem}-{mode}-plan.json")
-                saved_early = True
+            if args.save_trace and session is not None and session.last_step.get("planned_now"):
+                # Saved whenever a plan is made, so that a failing planned step still leaves them.
+                save_trace_and_plan(session, f"{stem}-{mode}")
+                saved = True
         if args.gpu_profile and device.type == "cuda":
             result["gpu_profile"] = profile_one_step(session, one_step, note_loss, f"{stem}-{mode}")
             print(f"[{mode}] gpu profile: {gpu_profile.describe(result['gpu_profile'])}", flush=True)
             for line in gpu_profile.late_scopes(result["gpu_profile"]):
                 print(f"[{mode}] {line}", flush=True)
         if session is not None:
+            if args.save_trace and not saved:  # planned before this loop (the tuner's session)
+                save_trace_and_plan(session, f"{stem}-{mode}")
             result["teraio"] = teraio_summary(session, f"{stem}-{mode}", args.save_trace)
             if session.recasts is not None:
                 result["recast"] = session.recasts.describe()
@@ -661,17 +662,18 @@ def print_step(args, mode, record, total):
     print(line, flush=True)
 
 
+def save_trace_and_plan(session, prefix):
+    """The trace and plan the measured steps run: `teraio plan` and `teraio simulate` replay them
+    off the GPU machine, so that the planner can be studied on the real workload."""
+    session.save_trace(f"{prefix}-trace.tiotrace")
+    session.save_plan(f"{prefix}-plan.json")
+
+
 def teraio_summary(session, prefix, save_trace):
     report = session.report()
     timeline = f"{prefix}-timeline.json"
     session.export_timeline(timeline)
-    saved = {}
-    if save_trace:
-        # The trace and plan the measured steps ran: `teraio plan` and `teraio simulate` replay them
-        # off the GPU machine, so that the planner can be studied on the real workload.
-        saved = {"trace": f"{prefix}-trace.tiotrace", "plan_file": f"{prefix}-plan.json"}
-        session.save_trace(saved["trace"])
-        session.save_plan(saved["plan_file"])
+    saved = {"trace": f"{prefix}-trace.tiotrace", "plan_file": f"{prefix}-plan.json"} if save_trace else {}
     plan = dict(report["plan"])
     return {"phase": session.phase, "plan": plan, "predictions": {k: plan.get(k) for k in PLAN_PREDICTIONS},
             "backends": report["backends"], "gpu_budget": report["gpu_budget"], "host_budget": report["host_budget"],

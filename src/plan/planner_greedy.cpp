@@ -199,6 +199,21 @@ class Greedy {
     return w[t.uses.size()] - w[a] + w[b + 1] == 0;  // wraps: [a, end) and [0, b]
   }
 
+  // The same tensor's period before (or after) period j: the step repeats, so a persistent
+  // tensor's periods wrap around (its only period is its own neighbour); a step-local tensor's
+  // first has none before it and its last none after it.
+  std::optional<std::uint32_t> neighbour(std::uint32_t j, bool after) const {
+    const std::uint32_t ti = periods_[j].tensor;
+    const std::uint32_t begin = periods_begin_[ti], end = periods_begin_[ti + 1];
+    const bool wraps = after ? j + 1 == end : j == begin;
+    if (wraps && !in_.trace->tensors[ti].persistent) return std::nullopt;
+    if (after) return wraps ? begin : j + 1;
+    return wraps ? end - 1 : j - 1;
+  }
+
+  // How many periods tensor `ti` has: no walk through its neighbours needs more steps.
+  std::uint32_t period_count(std::uint32_t ti) const { return periods_begin_[ti + 1] - periods_begin_[ti]; }
+
   // The period whose copy period `index` can reuse: the nearest earlier period of the same
   // tensor moved out and brought back (wrapping for persistent tensors), with only read-only
   // uses from its return to this period's start. A persistent tensor that is never written
@@ -207,17 +222,13 @@ class Greedy {
     const trace::InactivePeriod& p = periods_[index];
     const trace::Tensor& t = in_.trace->tensors[p.tensor];
     if (t.read_only_uses.empty()) return std::nullopt;
-    const std::uint32_t begin = periods_begin_[p.tensor], end = periods_begin_[p.tensor + 1];
-    std::uint32_t j = index;
-    for (std::uint32_t seen = 0; seen < end - begin; ++seen) {
-      if (j == begin) {
-        if (!t.persistent) return std::nullopt;
-        j = end;
-      }
-      --j;
-      const trace::InactivePeriod& q = periods_[j];
+    std::optional<std::uint32_t> j = index;
+    for (std::uint32_t seen = 0; seen < period_count(p.tensor); ++seen) {
+      j = neighbour(*j, false);
+      if (!j) return std::nullopt;
+      const trace::InactivePeriod& q = periods_[*j];
       if (q.released || !only_reads_between(p.tensor, q.next_use, p.last_use)) return std::nullopt;
-      if (accepted_at_[j] != kNone) return j;
+      if (accepted_at_[*j] != kNone) return j;
     }
     if (t.persistent && t.read_only_uses.size() == t.uses.size()) return index;
     return std::nullopt;
@@ -271,18 +282,15 @@ class Greedy {
     const trace::InactivePeriod& p = periods_[index];
     const trace::Tensor& t = in_.trace->tensors[p.tensor];
     if (t.read_only_uses.empty() || p.released) return;
-    const std::uint32_t begin = periods_begin_[p.tensor], end = periods_begin_[p.tensor + 1];
-    std::uint32_t j = index;
-    for (std::uint32_t seen = 1; seen < end - begin; ++seen) {
-      if (++j == end) {
-        if (!t.persistent) return;
-        j = begin;
-      }
-      const trace::InactivePeriod& q = periods_[j];
+    std::optional<std::uint32_t> j = index;
+    for (std::uint32_t seen = 1; seen < period_count(p.tensor); ++seen) {
+      j = neighbour(*j, true);
+      if (!j) return;
+      const trace::InactivePeriod& q = periods_[*j];
       if (!only_reads_between(p.tensor, p.next_use, q.last_use)) return;
-      if (accepted_at_[j] != kNone) return;
+      if (accepted_at_[*j] != kNone) return;
       if (q.idle_ops < kMinIdleOps) continue;
-      if (auto c = evaluate(j)) queue.push({c->score, t.id, q.last_use, j});
+      if (auto c = evaluate(*j)) queue.push({c->score, t.id, q.last_use, *j});
     }
   }
 
@@ -291,16 +299,13 @@ class Greedy {
     for (Accepted& a : accepted_) {
       const trace::InactivePeriod& p = periods_[a.period];
       if (p.released) continue;
-      const std::uint32_t begin = periods_begin_[p.tensor], end = periods_begin_[p.tensor + 1];
-      std::uint32_t j = a.period;
-      for (std::uint32_t seen = 0; seen < end - begin; ++seen) {
-        if (++j == end) {
-          if (!in_.trace->tensors[p.tensor].persistent) break;
-          j = begin;
-        }
-        if (accepted_at_[j] == kNone) continue;
+      std::optional<std::uint32_t> j = a.period;
+      for (std::uint32_t seen = 0; seen < period_count(p.tensor); ++seen) {
+        j = neighbour(*j, true);
+        if (!j) break;
+        if (accepted_at_[*j] == kNone) continue;
         // On another tier the copy would not be where the clean period's prefetch reads it.
-        const Choice& next = accepted_[accepted_at_[j]].choice;
+        const Choice& next = accepted_[accepted_at_[*j]].choice;
         a.keeps_copy = next.clean && next.tier == a.choice.tier;
         break;
       }

@@ -19,9 +19,6 @@ constexpr std::size_t kMaxOps = 256;
 // period wraps around the step boundary).
 struct Window {
   double release, deadline, bytes;
-  // Its previous use only read it: a copy made off the device before may still be valid,
-  // so it can leave without crossing the link (Migration::kept_copy).
-  bool unchanged;
 };
 
 // The least stall before k that moving `need` bytes out costs at `bw`: choosing the bytes
@@ -101,10 +98,15 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
   std::stable_sort(over.begin(), over.end(),
                    [&](std::size_t a, std::size_t c) { return demand[a] > demand[c]; });
   if (over.size() > kMaxOps) over.resize(kMaxOps);
-  std::vector<Window> windows;
+  std::vector<Window> windows, changed;
   for (const std::size_t k : over) {
     const double need = double(demand[k] - hw.gpu_budget);
     windows.clear();
+    // Tensors whose previous use only read them may hold a valid copy off the device from an
+    // earlier trip (Migration::kept_copy), so they leave without crossing the link: only the
+    // rest of `need` costs outgoing bandwidth, and only the others can be that rest.
+    changed.clear();
+    double unchanged = 0;
     for (const auto& x : t.tensors) {
       const auto& u = x.uses;
       if (u.empty()) continue;
@@ -113,20 +115,14 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
       if (!x.persistent && (k < u.front() || k > u.back())) continue;  // not alive at k
       const double release = next != u.begin() ? start[*(next - 1) + 1] : start[u.back() + 1] - step;
       const double deadline = next != u.end() ? start[*next] : start[u.front()] + step;
+      windows.push_back({release, deadline, double(x.bytes)});
       const trace::OpIndex previous = next != u.begin() ? *(next - 1) : u.back();
-      windows.push_back({release, deadline, double(x.bytes), trace::only_reads(x, previous)});
-    }
-    // Tensors that may hold a valid copy off the device leave for free: only the rest of
-    // `need` costs outgoing bandwidth. Every tensor is used every step, so what is out at k
-    // returns every step.
-    double unchanged = 0;
-    std::vector<Window> changed;
-    for (const Window& w : windows) {
-      if (w.unchanged)
-        unchanged += w.bytes;
+      if (trace::only_reads(x, previous))
+        unchanged += double(x.bytes);
       else
-        changed.push_back(w);
+        changed.push_back(windows.back());
     }
+    // Every tensor is used every step, so what is out at k returns every step.
     const double need_out = std::max(0.0, need - unchanged);
     const double traffic = std::max(need_out / out_bw, need / in_bw);
     const double stall_out = need_out > 0 ? out_stall(changed, need_out, out_bw, start[k]) : 0.0;

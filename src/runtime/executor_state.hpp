@@ -173,6 +173,9 @@ struct Executor::State {
   void fetched(Entry& e, std::optional<io::Extent>& release);
   // The tensor's bytes change on the device: a copy kept in its extent is stale.
   void invalidate_copy(TensorId id, Entry& e);
+  // Gives the entry's extent back: now, or once the tensor's settling transfer that still uses
+  // it is seen done (a copy out writing it, a fetch reading it).
+  void give_back_extent(TensorId id, Entry& e);
   // A tier is full: gives the extents of kept copies back (at least `bytes`, when there are
   // that many); false when there was none.
   bool give_up_kept_copies(std::uint64_t bytes);

@@ -105,7 +105,11 @@ void Executor::State::invalidate_copy(TensorId id, Entry& e) {
   e.keep_after_fetch = false;  // a fetch still in flight keeps nothing
   if (!e.copy_kept) return;
   e.copy_kept = false;
-  // The fetch that read the extent may still be settling: the extent goes back with it.
+  give_back_extent(id, e);
+}
+
+void Executor::State::give_back_extent(TensorId id, Entry& e) {
+  // A settling transfer of the tensor still uses the extent: it goes back with that transfer.
   for (Settling& s : settling) {
     if (s.id == id && !s.release) {
       s.release = std::exchange(e.extent, std::nullopt);
@@ -317,17 +321,14 @@ void Executor::State::forget(std::unordered_map<TensorId, Entry>::iterator found
   const TensorId id = found->first;
   Entry& e = found->second;
   for (Settling& s : settling) {
-    if (s.id != id) continue;
-    s.dropped = true;
-    // A settling copy out writes the extent the entry still names: it goes back with it.
-    if (!s.release && e.extent) s.release = std::exchange(e.extent, std::nullopt);
+    if (s.id == id) s.dropped = true;
   }
   if (e.transfer.valid()) {
     if (const auto failure = wait_out(id, e, current_op, StallCause::kForget)) {
       log::debug("transfer of freed tensor ", id, " failed: ", *failure);
     }
   }
-  if (e.extent) store.release(*e.extent);
+  if (e.extent) give_back_extent(id, e);
   if (idle_candidate(e)) idle.erase({e.last_use, id});
   if (holds_device_memory(e.location)) resident -= e.bytes;
   if (in_flight_location(e.location)) ++settled_changes;

@@ -5,7 +5,8 @@
 
 namespace teraio::torch_binding {
 
-void ProfileRecorder::begin() {
+void ProfileRecorder::begin(bool record_writes) {
+  record_writes_ = record_writes;
   ops_.clear();
   uses_.clear();
   order_.clear();
@@ -26,6 +27,7 @@ void ProfileRecorder::use(trace::TensorId id, trace::OpIndex k, std::uint64_t by
 }
 
 void ProfileRecorder::write(trace::TensorId id, trace::OpIndex k) {
+  if (!record_writes_) return;
   const auto it = uses_.find(id);
   if (it != uses_.end() && (it->second.writes.empty() || it->second.writes.back() != k))
     it->second.writes.push_back(k);
@@ -56,10 +58,12 @@ trace::Trace ProfileRecorder::finish(const std::vector<double>& durations,
     // operator of a different thread's sequence; sorting keeps the trace valid regardless.
     std::sort(tensor.uses.begin(), tensor.uses.end());
     tensor.uses.erase(std::unique(tensor.uses.begin(), tensor.uses.end()), tensor.uses.end());
-    std::vector<trace::OpIndex> writes = uses.writes;
-    std::sort(writes.begin(), writes.end());
-    std::set_difference(tensor.uses.begin(), tensor.uses.end(), writes.begin(), writes.end(),
-                        std::back_inserter(tensor.read_only_uses));
+    if (record_writes_) {
+      std::vector<trace::OpIndex> writes = uses.writes;
+      std::sort(writes.begin(), writes.end());
+      std::set_difference(tensor.uses.begin(), tensor.uses.end(), writes.begin(), writes.end(),
+                          std::back_inserter(tensor.read_only_uses));
+    }
     if (uses.released_before && !tensor.persistent) {
       const trace::OpIndex end = std::min(*uses.released_before, static_cast<trace::OpIndex>(out.ops.size()));
       if (end > 0 && end - 1 > tensor.uses.back()) tensor.held_after_use = end - 1 - tensor.uses.back();

@@ -57,7 +57,8 @@ std::string_view to_string(SessionPhase phase) {
   return "?";
 }
 
-Session::Session(SessionConfig config) : config_(std::move(config)), device_(parse_device(config_.device)) {
+Session::Session(SessionConfig config)
+    : tracks_writes_(config.keep_copies), config_(std::move(config)), device_(parse_device(config_.device)) {
   if (config_.warmup_steps < 0 || config_.profile_steps < 1) {
     throw Error(ErrorKind::kInvalidArgument, cat("warmup_steps must be >= 0 and profile_steps >= 1 (got ",
                                                  config_.warmup_steps, " and ", config_.profile_steps, ")"));
@@ -170,7 +171,7 @@ void Session::begin_step() {
   births_ = Births{};
   diverged_ = false;
   if (phase_ == SessionPhase::kProfile) {
-    recorder_.begin();
+    recorder_.begin(config_.keep_copies);
     releases_.clear();
     timer_->reset();
   }
@@ -237,8 +238,6 @@ StepRecord Session::end_step() {
           return entry != nullptr && entry->born_step < step;
         },
         cat("profiled by TeraIO on ", device_.str()));
-    if (!config_.keep_copies)
-      for (trace::Tensor& t : trace_->tensors) t.read_only_uses.clear();
   }
   if (phase_ == SessionPhase::kWarmup || phase_ == SessionPhase::kProfile) {
     if (--phase_steps_left_ <= 0) {

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -192,7 +193,9 @@ class Session {
   void run_before_op(OpState& op);
   void record_failure(std::exception_ptr error, const std::vector<TensorId>& used);
   // Copies kept of these tensors are stale (they are written); never throws (callbacks).
-  void forget_kept_copies(const std::vector<TensorId>& ids);
+  void forget_kept_copies(std::span<const TensorId> ids);
+  // The ids of the tracked storages among these (untracked ones are left out).
+  std::vector<TensorId> ids_of(const std::vector<c10::Storage>& storages);
   // A nested operator may write storages its outermost operator's schema does not name.
   void note_nested_writes(const at::RecordFunction& fn);
   // Zeroed memory for a storage an operator is about to use without its bytes; never throws.
@@ -213,7 +216,8 @@ class Session {
   void probe_bandwidths();
 
   // Whether operators' writes are looked for: the profile records them (keep_copies), or the
-  // plan keeps copies that a write makes stale. Read by callbacks without the lock.
+  // plan keeps copies that a write makes stale. Read by callbacks without the lock. Declared
+  // before config_, which the constructor moves from after initializing this.
   std::atomic<bool> tracks_writes_{false};
   SessionConfig config_;
   c10::Device device_;

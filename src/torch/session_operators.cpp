@@ -156,7 +156,15 @@ void Session::record_failure(std::exception_ptr error, const std::vector<TensorI
   }
 }
 
-void Session::forget_kept_copies(const std::vector<TensorId>& ids) {
+std::vector<TensorId> Session::ids_of(const std::vector<c10::Storage>& storages) {
+  std::vector<TensorId> ids;
+  for (const auto& s : storages) {
+    if (const TrackedStorage* entry = table_.find(s.unsafeGetStorageImpl())) ids.push_back(entry->id);
+  }
+  return ids;
+}
+
+void Session::forget_kept_copies(std::span<const TensorId> ids) {
   if (ids.empty() || !tracks_writes_) return;
   try {
     executor_->written(ids);
@@ -172,12 +180,7 @@ void Session::note_nested_writes(const at::RecordFunction& fn) {
       written_storages(fn, [this](const at::Tensor& t) { return movable(t); });
   if (written.empty()) return;
   std::lock_guard lock(mutex_);
-  if (!observing_) return;
-  std::vector<TensorId> ids;
-  for (const auto& s : written) {
-    if (const TrackedStorage* entry = table_.find(s.unsafeGetStorageImpl())) ids.push_back(entry->id);
-  }
-  forget_kept_copies(ids);
+  if (observing_) forget_kept_copies(ids_of(written));
 }
 
 void Session::give_scratch(c10::StorageImpl* impl) {
@@ -285,18 +288,10 @@ void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, 
   const auto keep = [this](const at::Tensor& t) { return movable(t); };
   const std::vector<c10::Storage> inputs = storages_of(fn.inputs(), keep);
   // Writes matter only to kept copies: the profile of keep_copies, or a plan that keeps some.
-  const bool writes = config_.keep_copies || tracks_writes_;
   const std::vector<c10::Storage> written =
-      inputs.empty() || !writes ? std::vector<c10::Storage>{} : written_storages(fn, keep);
+      inputs.empty() || !tracks_writes_ ? std::vector<c10::Storage>{} : written_storages(fn, keep);
   std::lock_guard lock(mutex_);
   if (!observing_) return;
-  const auto ids_of = [this](const std::vector<c10::Storage>& storages) {
-    std::vector<TensorId> ids;
-    for (const auto& s : storages) {
-      if (const TrackedStorage* entry = table_.find(s.unsafeGetStorageImpl())) ids.push_back(entry->id);
-    }
-    return ids;
-  };
   if (!in_step_) {
     // Between steps: operators on offloaded storages fetch them on demand.
     const std::vector<TensorId> ids = ids_of(inputs);
@@ -380,16 +375,12 @@ void Session::finish_op(const at::RecordFunction& fn, OpState& op, int depth,
       if (c10::StorageImpl* impl = table_.find_id(id)) recorder_.use(id, op.k, impl->nbytes());
     }
     // Storages born in the operator are written by it, and so are the inputs it may change.
-    if (config_.keep_copies) {
-      for (std::size_t i = op.inputs; i < op.used.size(); ++i) recorder_.write(op.used[i], op.k);
-      for (const TensorId id : op.written) recorder_.write(id, op.k);
-    }
+    for (std::size_t i = op.inputs; i < op.used.size(); ++i) recorder_.write(op.used[i], op.k);
+    for (const TensorId id : op.written) recorder_.write(id, op.k);
   }
   // An output that is not an input but was tracked before (an operator returning a cached
   // tensor) was written as well.
-  if (tracks_writes_ && op.used.size() > op.inputs)
-    forget_kept_copies(
-        std::vector<TensorId>(op.used.begin() + static_cast<std::ptrdiff_t>(op.inputs), op.used.end()));
+  forget_kept_copies(std::span<const TensorId>(op.used).subspan(std::min(op.inputs, op.used.size())));
   if (op_spans_.size() < 200000 && (phase_ == SessionPhase::kProfile || phase_ == SessionPhase::kPlanned)) {
     const char* name = fn.name();
     op_spans_.push_back(runtime::OpSpan{name != nullptr ? name : "?", op.start_s, executor_->now_s(),
