@@ -553,7 +553,8 @@ def train(args, workload, mode, device, result, stem):
             record["loss_hex"] = float(record["loss"]).hex()
 
         if mode == "teraio-recompute":
-            result["recompute"] = tune_recomputation(args, lm, session, lambda: note_loss(*one_step(False)))
+            result["recompute"] = tune_recomputation(args, lm, session, lambda: note_loss(*one_step(False)),
+                                                     f"{stem}-{mode}")
             # The session's record of the tuning steps: their times and what moved.
             natives = {native["step"]: native for native in session.report()["steps"]}
             for record in result["steps"]:
@@ -627,15 +628,22 @@ def session_fields(native):
     return {k: native[k] for k in STEP_FIELDS + OPTIONAL_STEP_FIELDS if k in native}
 
 
-def tune_recomputation(args, lm, session, step):
+def tune_recomputation(args, lm, session, step, prefix):
     """teraio-recompute: tune() picks how many of the last decoder layers to recompute; what it
-    tried goes to the result."""
+    tried goes to the result. With --save-trace, every trial's profile (and plan) is saved as
+    PREFIX-cCOUNT-trace.tiotrace, so that each count's bound can be taken (bench/bounds.py)."""
     from teraio import recompute
+
+    def save_trial(trial):
+        session.save_trace(f"{prefix}-c{trial.count}-trace.tiotrace")
+        if trial.step_s is not None:
+            session.save_plan(f"{prefix}-c{trial.count}-plan.json")
 
     counts = parse_counts(args.recompute_counts) if args.recompute_counts else None
     choice = recompute.tune(session, lm.blocks, step, counts=counts,
                             measure_steps=args.recompute_measure, max_trials=args.recompute_trials,
-                            progress=lambda line: print(f"  [{args.workload} teraio-recompute] {line}", flush=True))
+                            progress=lambda line: print(f"  [{args.workload} teraio-recompute] {line}", flush=True),
+                            on_trial=save_trial if args.save_trace else None)
     return {"count": choice.count, "layers": choice.layers, "tuning_steps": choice.steps,
             "trials": [dataclasses.asdict(t) for t in choice.trials], "summary": choice.describe()}
 

@@ -133,7 +133,8 @@ def coarse_counts(layers: int, stride: int) -> list:
 
 def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[int]] = None,
          measure_steps: int = 2, max_trials: int = 9, slower_stop: float = 0.10,
-         progress: Optional[Callable[[str], None]] = _stderr) -> Choice:
+         progress: Optional[Callable[[str], None]] = _stderr,
+         on_trial: Optional[Callable[[Trial], None]] = None) -> Choice:
     """Chooses how many of `layers` (the last ones) to recompute under `session`, by measuring.
 
     `step()` runs one training step's forward, backward and optimizer step; tune() runs it inside
@@ -150,7 +151,8 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
     as failed and the search goes on; an error inside a step propagates, since the step may
     have left the training half updated. Returns the Choice; the chosen count stays applied and
     the session is planned for it (tune() runs the extra profile steps when the last trial was
-    another count).
+    another count). `on_trial(trial)`, when given, runs after each trial while the session still
+    holds that trial's profile (and plan, unless the trial failed), e.g. to save its trace.
     """
     recomputation = layers if isinstance(layers, Recomputation) else Recomputation(layers)
     n = recomputation.layers
@@ -210,6 +212,8 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
                            True if session.phase == "passive" else plan.get("stall_free"), moved[best])
         order.append(result)
         say(f"trial {len(order)}: {result.describe()}")
+        if on_trial is not None:
+            on_trial(result)
         return result
 
     def best():

@@ -9,9 +9,11 @@
 namespace teraio::plan {
 namespace {
 
-// Operators examined per trace: the most over budget ones. A bound over fewer operators is
-// still a bound; this keeps the cost at O(kMaxOps × tensors).
+// Operators examined per trace (below): a bound over fewer operators is still a bound; this
+// keeps the cost at O(operators examined × tensors).
 constexpr std::size_t kMaxOps = 256;
+constexpr std::size_t kPerRun = 4;
+constexpr std::size_t kMaxCandidates = 2048;
 
 // A tensor that could be off the device while operator k runs: it must leave after
 // `release` (the end of its previous use) and be back by `deadline` (the start of its next
@@ -38,19 +40,123 @@ double out_stall(std::vector<Window>& w, double need, double bw, double k_start)
   return stall;
 }
 
-// The same for bringing them back after k ends, choosing the latest deadlines.
-double in_stall(std::vector<Window>& w, double need, double bw, double k_end) {
+// The same for bringing them back after k ends, choosing the latest deadlines. The stall
+// falls within [k_end, the binding deadline]: for every deadline d, no choice of X bytes has
+// fewer due by d than this one, so every plan waits that long inside that window.
+struct InStall {
+  double stall = 0;
+  double window_end = 0;  // the binding deadline
+};
+
+InStall in_stall(std::vector<Window>& w, double need, double bw, double k_end) {
   std::sort(w.begin(), w.end(), [](const Window& a, const Window& b) { return a.deadline > b.deadline; });
   std::size_t chosen = 0;
   for (double acc = 0; chosen < w.size() && acc < need; ++chosen) acc += w[chosen].bytes;
   double left = need;
   for (std::size_t i = 0; i < chosen; ++i) left -= w[i].bytes;
-  double acc = 0, stall = 0;
+  double acc = 0;
+  InStall best{0, k_end};
   for (std::size_t i = chosen; i-- > 0;) {
     acc += w[i].bytes + (i + 1 == chosen ? left : 0.0);
-    stall = std::max(stall, acc / bw - (w[i].deadline - k_end));
+    const double stall = acc / bw - (w[i].deadline - k_end);
+    if (stall > best.stall) best = {stall, w[i].deadline};
   }
-  return stall;
+  return best;
+}
+
+// A stretch of the repeating step, [begin, end) in seconds from the step start (end may pass
+// the step: it wraps), in which the incoming link must carry some operator's returns.
+struct Arc {
+  double begin, end, stall;
+  trace::OpIndex op;
+};
+
+// Arcs chosen among `arcs` (sorted by end) strictly inside (lo, hi), pairwise apart: the
+// largest sum of stalls (weighted interval scheduling). Apart means not even touching: a wait
+// at the moment two arcs share could carry one tensor's return that both count.
+double best_disjoint(const std::vector<Arc>& arcs, double lo, double hi, std::vector<trace::OpIndex>* ops) {
+  std::vector<const Arc*> in;
+  for (const Arc& a : arcs)
+    if (a.begin > lo && a.end < hi) in.push_back(&a);
+  std::vector<double> best(in.size() + 1, 0.0);
+  std::vector<std::size_t> prev(in.size() + 1, 0);
+  std::vector<bool> take(in.size() + 1, false);
+  for (std::size_t i = 1; i <= in.size(); ++i) {
+    const Arc& a = *in[i - 1];
+    // Arcs before i that end before a begins: a prefix, since they are sorted by end.
+    const std::size_t j = static_cast<std::size_t>(
+        std::lower_bound(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(i - 1), a.begin,
+                         [](const Arc* b, double t) { return b->end < t; }) -
+        in.begin());
+    best[i] = best[i - 1];
+    prev[i] = i - 1;
+    if (a.stall + best[j] > best[i]) {
+      best[i] = a.stall + best[j];
+      prev[i] = j;
+      take[i] = true;
+    }
+  }
+  if (ops != nullptr)
+    for (std::size_t i = in.size(); i > 0; i = prev[i])
+      if (take[i]) ops->push_back(in[i - 1]->op);
+  return best.back();
+}
+
+// The largest sum of stalls over arcs pairwise apart on the circle of the step: at most one
+// chosen arc can cross the step boundary, so try none and each in turn. Arcs apart add up:
+// each needs its own link time inside its own stretch, for returns no other arc can count
+// (a tensor off at both operators returns once, after the later one, which is past the
+// earlier one's stretch).
+double disjoint_stalls(std::vector<Arc> arcs, double step, std::vector<trace::OpIndex>& ops) {
+  std::sort(arcs.begin(), arcs.end(), [](const Arc& a, const Arc& b) { return a.end < b.end; });
+  // Arcs begin at or after 0. One that ends at the step's end touches one that begins at 0, so
+  // it is tried as a crossing one.
+  double total = best_disjoint(arcs, -1, step, &ops);
+  for (const Arc& c : arcs) {
+    if (c.end < step) continue;
+    if (c.end - c.begin >= step) {  // the whole circle: alone
+      if (c.stall > total) total = c.stall, ops = {c.op};
+      continue;
+    }
+    std::vector<trace::OpIndex> with;
+    const double sum = c.stall + best_disjoint(arcs, c.end - step, c.begin, &with);
+    if (sum > total) {
+      total = sum;
+      with.push_back(c.op);
+      ops = std::move(with);
+    }
+  }
+  return total;
+}
+
+// Operators examined: the 256 most over budget, and in every run of consecutive operators
+// over budget the few most over it, so that each peak of a repeating pattern (micro-batches)
+// is seen.
+std::vector<std::size_t> candidates(const std::vector<std::uint64_t>& demand, std::uint64_t budget) {
+  const auto by_demand = [&](std::size_t a, std::size_t c) { return demand[a] > demand[c]; };
+  std::vector<std::size_t> over, picked;
+  for (std::size_t k = 0; k < demand.size(); ++k)
+    if (demand[k] > budget) over.push_back(k);
+  for (std::size_t a = 0; a < over.size();) {
+    std::size_t b = a + 1;
+    while (b < over.size() && over[b] == over[b - 1] + 1) ++b;
+    std::vector<std::size_t> run(over.begin() + static_cast<std::ptrdiff_t>(a),
+                                 over.begin() + static_cast<std::ptrdiff_t>(b));
+    std::stable_sort(run.begin(), run.end(), by_demand);
+    run.resize(std::min(run.size(), kPerRun));
+    picked.insert(picked.end(), run.begin(), run.end());
+    a = b;
+  }
+  std::stable_sort(over.begin(), over.end(), by_demand);
+  over.resize(std::min(over.size(), kMaxOps));
+  picked.insert(picked.end(), over.begin(), over.end());
+  std::sort(picked.begin(), picked.end());
+  picked.erase(std::unique(picked.begin(), picked.end()), picked.end());
+  if (picked.size() > kMaxCandidates) {
+    std::stable_sort(picked.begin(), picked.end(), by_demand);
+    picked.resize(kMaxCandidates);
+  }
+  return picked;
 }
 
 }  // namespace
@@ -95,11 +201,9 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
       return b;
     }
   }
-  std::stable_sort(over.begin(), over.end(),
-                   [&](std::size_t a, std::size_t c) { return demand[a] > demand[c]; });
-  if (over.size() > kMaxOps) over.resize(kMaxOps);
   std::vector<Window> windows, changed;
-  for (const std::size_t k : over) {
+  std::vector<Arc> arcs;
+  for (const std::size_t k : candidates(demand, hw.gpu_budget)) {
     const double need = double(demand[k] - hw.gpu_budget);
     windows.clear();
     // Tensors whose previous use only read them may hold a valid copy off the device from an
@@ -126,10 +230,11 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
     const double need_out = std::max(0.0, need - unchanged);
     const double traffic = std::max(need_out / out_bw, need / in_bw);
     const double stall_out = need_out > 0 ? out_stall(changed, need_out, out_bw, start[k]) : 0.0;
-    const double stall_in = in_stall(windows, need, in_bw, start[k + 1]);
+    const InStall in = in_stall(windows, need, in_bw, start[k + 1]);
+    if (in.stall > 0) arcs.push_back({start[k + 1], in.window_end, in.stall, static_cast<trace::OpIndex>(k)});
     // Both stalls may fall on the same moment of the repeating step (a wrapping window), so
     // only the larger one is sure to add up.
-    const double stall = std::max(stall_out, stall_in);
+    const double stall = std::max(stall_out, in.stall);
     const double candidate = std::max(traffic, step + stall);
     if (candidate <= b.bound_s) continue;
     b.bound_s = candidate;
@@ -142,6 +247,21 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
                          "; moving it out after the tensors' previous uses and back before their next ones "
                          "stalls at least ",
                          format_duration(stall));
+  }
+  // Operators whose returns must cross the incoming link in stretches of the step that do not
+  // overlap (one per micro-batch, say) each cost their own stall: the sum is a bound too.
+  std::vector<trace::OpIndex> peaks;
+  const double combined = step + disjoint_stalls(std::move(arcs), step, peaks);
+  if (peaks.size() > 1 && combined > b.bound_s) {
+    std::sort(peaks.begin(), peaks.end());
+    b.bound_s = combined;
+    b.binding_op = peaks.front();
+    b.peaks = peaks.size();
+    b.reason = cat(peaks.size(), " operators (first ", peaks.front(), " (", t.ops[peaks.front()].name,
+                   "), last ", peaks.back(), " (", t.ops[peaks.back()].name,
+                   ")) must each bring tensors back in stretches of the step that do not overlap: "
+                   "their stalls add up to at least ",
+                   format_duration(combined - step));
   }
   b.max_share = b.ideal_s / b.bound_s;
   return b;

@@ -5,6 +5,7 @@
 
 #include "sim_test_util.hpp"
 #include "teraio/core/error.hpp"
+#include "teraio/plan/planner.hpp"
 #include "teraio/plan/simulator.hpp"
 #include "teraio/plan/timeline.hpp"
 
@@ -286,8 +287,10 @@ TEST(StepBound, BandwidthBoundsWhatAnyPlanCanReach) {
   hw.d2h_bandwidth = hw.h2d_bandwidth = 0.25e9;  // 4 s per GB
   b = step_time_bound(t, hw);
   EXPECT_EQ(b.binding_op, 0u);
-  EXPECT_DOUBLE_EQ(b.bound_s, 8.0);
-  EXPECT_DOUBLE_EQ(b.max_share, 0.5);
+  // Op 0 alone: 4 s. Op 1's return of the step-local tensor in [2, 3] is apart from op 0's
+  // [1, 1]: another 4 s - 1 s (StallsOfTouchingStretchesDoNotAddUp).
+  EXPECT_DOUBLE_EQ(b.bound_s, 11.0);
+  EXPECT_DOUBLE_EQ(b.max_share, 4.0 / 11.0);
   hw.host_capacity = hw.ssd_capacity = 0;
   EXPECT_EQ(step_time_bound(t, hw).bound_s, std::numeric_limits<double>::infinity());
   // Op 1 alone needs 3 GB: no plan fits 1 GB.
@@ -295,6 +298,55 @@ TEST(StepBound, BandwidthBoundsWhatAnyPlanCanReach) {
   b = step_time_bound(t, hw);
   EXPECT_EQ(b.bound_s, std::numeric_limits<double>::infinity());
   EXPECT_EQ(b.binding_op, 1u);
+}
+
+// Two micro-batches, each with a peak at its middle operator that only moving its weight W or
+// its activation A out and straight back can relieve: every peak stalls on its own.
+trace::Trace two_peaks() {
+  trace::Trace t = unit_trace(8);
+  add(t, kGB, {0, 2, 4, 6}, true);  // W: forward and backward of both micro-batches
+  add(t, kGB, {0, 2});              // A1
+  add(t, 2 * kGB, {1});             // X1: the first peak
+  add(t, kGB, {4, 6});              // A2
+  add(t, 2 * kGB, {5});             // X2: the second peak
+  return t;
+}
+
+TEST(StepBound, StallsOfPeaksInSeparateStretchesAddUp) {
+  // At ops 1 and 5, 1 GB of W and A must be off and back by the next operator: 1 s of incoming
+  // link each, in [2, 2] and [6, 6], which do not overlap, so 2 s in all.
+  const trace::Trace t = two_peaks();
+  const StepBound b = step_time_bound(t, unit_hardware(3 * kGB));
+  EXPECT_DOUBLE_EQ(b.bound_s, 10.0);
+  EXPECT_EQ(b.peaks, 2u);
+  EXPECT_EQ(b.binding_op, 1u);
+  EXPECT_NE(b.reason.find("add up"), std::string::npos) << b.reason;
+  // A budget one peak fits: the other alone binds.
+  trace::Trace one = two_peaks();
+  one.tensors[4].bytes = kGB;
+  const StepBound single = step_time_bound(one, unit_hardware(3 * kGB));
+  EXPECT_DOUBLE_EQ(single.bound_s, 9.0);
+  EXPECT_EQ(single.peaks, 1u);
+  EXPECT_EQ(single.binding_op, 1u);
+}
+
+TEST(StepBound, StallsOfTouchingStretchesDoNotAddUp) {
+  // P (2 GB, used at op 1) must be half off at op 0 and back by op 1; the op before, op 3 of
+  // the step before, wants the same return in [4, 5], which touches op 0's [1, 1] (mod 4): one
+  // wait at that moment carries P back for both, so they do not add up to 4 + 3 + 3 s.
+  trace::Trace t = unit_trace(4);
+  add(t, 2 * kGB, {1}, true);
+  add(t, kGB, {0, 3});
+  Hardware hw = unit_hardware(2 * kGB);
+  hw.d2h_bandwidth = hw.h2d_bandwidth = 0.25e9;
+  const StepBound b = step_time_bound(t, hw);
+  EXPECT_DOUBLE_EQ(b.bound_s, 11.0);  // 4 s before op 1 and 3 s before op 3
+  EXPECT_EQ(b.peaks, 2u);
+  SimulationOptions enforce;
+  enforce.enforce_budget = true;
+  const PlanResult planned = make_plan(t, hw);
+  const double step = simulate(t, planned.plan, hw, enforce).step_time_s;
+  EXPECT_GE(step + 1e-9, b.bound_s);
 }
 
 TEST(StepBound, NoSimulatedPlanBeatsIt) {
@@ -312,6 +364,16 @@ TEST(StepBound, NoSimulatedPlanBeatsIt) {
       const auto r = simulate(t, Plan{}, hw, enforce);
       EXPECT_GE(r.step_time_s + 1e-9, step_time_bound(t, hw).bound_s) << budget << " " << bw;
     }
+  }
+  // Where peaks' stalls add up, against the reactive mode and against the planner's plan.
+  const trace::Trace peaks = two_peaks();
+  for (const double bw : {0.5e9, 1e9, 2e9, 8e9}) {
+    Hardware hw = unit_hardware(3 * kGB);
+    hw.d2h_bandwidth = hw.h2d_bandwidth = bw;
+    const double bound = step_time_bound(peaks, hw).bound_s;
+    EXPECT_GE(simulate(peaks, Plan{}, hw, enforce).step_time_s + 1e-9, bound) << bw;
+    const PlanResult planned = make_plan(peaks, hw);
+    EXPECT_GE(simulate(peaks, planned.plan, hw, enforce).step_time_s + 1e-9, bound) << bw;
   }
 }
 

@@ -77,10 +77,19 @@ def test_tune_measures_every_count_and_keeps_training_exact(tmp_path):
     trainer = Trainer()
     session = teraio.Session(gpu_budget=budget, ssd=[tmp_path], ssd_capacity="64MiB", device="cpu",
                              warmup_steps=1, profile_steps=1, bandwidths=FAST)
-    lines = []
+    lines, traces = [], []
+
+    def save_trial(trial):
+        # Each trial's own profile: its operators grow as fewer layers are recomputed.
+        path = tmp_path / f"c{trial.count}.tiotrace"
+        session.save_trace(path)
+        traces.append((trial.count, path.stat().st_size))
+
     choice = recompute.tune(session, trainer.model.blocks, trainer.step, counts=[4, 2, 0], measure_steps=1,
-                            progress=lines.append)
+                            progress=lines.append, on_trial=save_trial)
     assert [t.count for t in choice.trials] == [4, 2, 0]
+    assert [count for count, _ in traces] == [4, 2, 0]
+    assert traces[0][1] > traces[1][1] > traces[2][1], traces
     assert all(t.step_s is not None and t.step_s > 0 for t in choice.trials), choice.trials
     assert choice.count in (4, 2, 0) and choice.layers == 4
     assert choice.steps == len(trainer.losses)

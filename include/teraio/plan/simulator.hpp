@@ -138,13 +138,17 @@ struct SimulationResult {
 // earliest (returned latest) give the least stall before (after) k that moving them at full
 // bandwidth costs. The larger of the two is stall no plan avoids. Ignoring contention with
 // other operators' traffic keeps it a bound. Out bandwidth is PCIe d2h, plus SSD write with
-// GDS (without GDS SSD traffic crosses PCIe too); likewise in. The 256 operators most over
-// budget are examined.
+// GDS (without GDS SSD traffic crosses PCIe too); likewise in. Where the bytes due back after
+// several operators (the peaks of successive micro-batches) must cross the incoming link in
+// stretches of the step that do not overlap, each stretch needs its own link time: their
+// stalls add up, and the largest such sum bounds the step too. The 256 operators most over
+// budget and the 4 most over it in every run of operators over budget are examined.
 struct StepBound {
   double ideal_s = 0;
   double bound_s = 0;             // >= ideal_s
   double max_share = 1;           // ideal_s / bound_s: the best share of ideal any plan can reach
-  trace::OpIndex binding_op = 0;  // the operator that sets the bound
+  trace::OpIndex binding_op = 0;  // the operator that sets the bound (the first of `peaks`)
+  std::size_t peaks = 1;          // operators whose stalls add up to the bound
   std::string reason;             // human-readable
 };
 StepBound step_time_bound(const trace::Trace& trace, const Hardware& hardware);
