@@ -16,7 +16,8 @@ struct TierBandwidths {
   double ssd_read = 0;
 };
 
-// Writes and reads `bytes` (clamped to what each tier has free) through each tier once.
+// Writes and reads `bytes` (clamped to what each tier has free) through each tier, once to wait
+// for the tier to be ready and then 4 times, keeping the fastest of those per direction.
 TierBandwidths probe_tiers(io::TierStore& store, io::DeviceCopier& copier, std::uint64_t bytes);
 
 }  // namespace teraio::torch_binding
