@@ -1,7 +1,7 @@
 #include "tier_probe.hpp"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 
@@ -65,7 +65,8 @@ TierBandwidths probe_tiers(io::TierStore& store, io::DeviceCopier& copier, std::
     const auto keep_fastest = [](double& kept, double measured) { kept = std::max(kept, measured); };
     for (int round = 0; round <= kProbeRounds; ++round) {
       TierBandwidths now;
-      if (report.host_capacity > 0) std::tie(now.d2h, now.h2d) = probe(store, io::TierKind::kHost, buffer.data_, n);
+      if (report.host_capacity > 0)
+        std::tie(now.d2h, now.h2d) = probe(store, io::TierKind::kHost, buffer.data_, n);
       if (!report.paths.empty())
         std::tie(now.ssd_write, now.ssd_read) = probe(store, io::TierKind::kSsd, buffer.data_, n);
       if (round == 0) continue;
