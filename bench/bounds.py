@@ -13,7 +13,8 @@ bandwidth. Both are printed as shares of the measured ideal step.
   python3 bench/bounds.py --ideal 0.346 --budget 34GiB --host 40GiB --pcie 55GB/s \\
       "recompute 2=W1-36GiB-teraio-recompute-trace.tiotrace:0.361" ...
 
-Each configuration is NAME=TRACE:COMPUTE_S, COMPUTE_S being the measured step time of that
+Each configuration is NAME=TRACE:COMPUTE_S (a TRACE ending in .xz is read decompressed: the
+traces kept in bench/results are), COMPUTE_S being the measured step time of that
 configuration without transfers (for recomputation: the ideal step plus the extra kernel time
 the GPU profile measured).
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import pathlib
 import shutil
 import subprocess
@@ -91,12 +93,16 @@ def main(argv=None):
     # A budget no plan can hold has no bound (the summary's infinity reads as null).
     share = lambda s: "–" if s is None else f"{s:.3f} ({args.ideal / s:.1%})"  # noqa: E731
     with tempfile.TemporaryDirectory() as workdir:
-        for name, trace, compute in args.configs:
+        for index, (name, trace, compute) in enumerate(args.configs):
+            if trace.suffix == ".xz":
+                plain = pathlib.Path(workdir) / f"trace-{index}.tiotrace"
+                plain.write_bytes(lzma.decompress(trace.read_bytes()))
+                trace = plain
             profiled = simulate(cli, trace, args, 1.0, workdir, budget=UNBOUNDED)[0]["ideal_s"]
             scale = compute / profiled
             result, reason = simulate(cli, trace, args, scale, workdir)
             print(f"| {name} | {profiled:.3f} | {compute:.3f} | {scale:.3f} | {share(result['step_s'])} | "
-                  f"{result['violations']} | {share(result['bound_s'])} | {reason[:140]} |", flush=True)
+                  f"{result['violations']} | {share(result['bound_s'])} | {reason[:300]} |", flush=True)
     return 0
 
 
