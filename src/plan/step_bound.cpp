@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 
 #include "teraio/core/strings.hpp"
@@ -21,6 +22,7 @@ constexpr std::size_t kMaxCandidates = 2048;
 // period wraps around the step boundary).
 struct Window {
   double release, deadline, bytes;
+  std::size_t deadline_op;  // the operator of the next use, plus the step's operator count if it wraps
 };
 
 // The least stall before k that moving `need` bytes out costs at `bw`: choosing the bytes
@@ -45,36 +47,40 @@ double out_stall(std::vector<Window>& w, double need, double bw, double k_start)
 // fewer due by d than this one, so every plan waits that long inside that window.
 struct InStall {
   double stall = 0;
-  double window_end = 0;  // the binding deadline
+  std::size_t window_end = 0;  // the binding deadline's operator (as Window::deadline_op)
 };
 
-InStall in_stall(std::vector<Window>& w, double need, double bw, double k_end) {
+InStall in_stall(std::vector<Window>& w, double need, double bw, double k_end, std::size_t k_next) {
   std::sort(w.begin(), w.end(), [](const Window& a, const Window& b) { return a.deadline > b.deadline; });
   std::size_t chosen = 0;
   for (double acc = 0; chosen < w.size() && acc < need; ++chosen) acc += w[chosen].bytes;
   double left = need;
   for (std::size_t i = 0; i < chosen; ++i) left -= w[i].bytes;
   double acc = 0;
-  InStall best{0, k_end};
+  InStall best{0, k_next};
   for (std::size_t i = chosen; i-- > 0;) {
     acc += w[i].bytes + (i + 1 == chosen ? left : 0.0);
     const double stall = acc / bw - (w[i].deadline - k_end);
-    if (stall > best.stall) best = {stall, w[i].deadline};
+    if (stall > best.stall) best = {stall, w[i].deadline_op};
   }
   return best;
 }
 
-// A stretch of the repeating step, [begin, end) in seconds from the step start (end may pass
-// the step: it wraps), in which the incoming link must carry some operator's returns.
+// A stretch of the repeating step in which the incoming link must carry some operator's
+// returns, as the operator boundaries it spans: boundary b is just before operator b, where
+// waits go (end may pass the step's operator count: it wraps). Boundaries, not seconds: times
+// computed as start + step - step round, and stretches that touch could look apart.
 struct Arc {
-  double begin, end, stall;
+  std::int64_t begin, end;
+  double stall;
   trace::OpIndex op;
 };
 
 // Arcs chosen among `arcs` (sorted by end) strictly inside (lo, hi), pairwise apart: the
 // largest sum of stalls (weighted interval scheduling). Apart means not even touching: a wait
 // at the moment two arcs share could carry one tensor's return that both count.
-double best_disjoint(const std::vector<Arc>& arcs, double lo, double hi, std::vector<trace::OpIndex>* ops) {
+double best_disjoint(const std::vector<Arc>& arcs, std::int64_t lo, std::int64_t hi,
+                     std::vector<trace::OpIndex>* ops) {
   std::vector<const Arc*> in;
   for (const Arc& a : arcs)
     if (a.begin > lo && a.end < hi) in.push_back(&a);
@@ -86,7 +92,7 @@ double best_disjoint(const std::vector<Arc>& arcs, double lo, double hi, std::ve
     // Arcs before i that end before a begins: a prefix, since they are sorted by end.
     const std::size_t j = static_cast<std::size_t>(
         std::lower_bound(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(i - 1), a.begin,
-                         [](const Arc* b, double t) { return b->end < t; }) -
+                         [](const Arc* b, std::int64_t t) { return b->end < t; }) -
         in.begin());
     best[i] = best[i - 1];
     prev[i] = i - 1;
@@ -107,19 +113,19 @@ double best_disjoint(const std::vector<Arc>& arcs, double lo, double hi, std::ve
 // each needs its own link time inside its own stretch, for returns no other arc can count
 // (a tensor off at both operators returns once, after the later one, which is past the
 // earlier one's stretch).
-double disjoint_stalls(std::vector<Arc> arcs, double step, std::vector<trace::OpIndex>& ops) {
+double disjoint_stalls(std::vector<Arc> arcs, std::int64_t n, std::vector<trace::OpIndex>& ops) {
   std::sort(arcs.begin(), arcs.end(), [](const Arc& a, const Arc& b) { return a.end < b.end; });
-  // Arcs begin at or after 0. One that ends at the step's end touches one that begins at 0, so
-  // it is tried as a crossing one.
-  double total = best_disjoint(arcs, -1, step, &ops);
+  // Arcs begin at or after boundary 0. One that ends at boundary n (the next step's 0) touches
+  // one that begins at 0, so it is tried as a crossing one.
+  double total = best_disjoint(arcs, -1, n, &ops);
   for (const Arc& c : arcs) {
-    if (c.end < step) continue;
-    if (c.end - c.begin >= step) {  // the whole circle: alone
+    if (c.end < n) continue;
+    if (c.end - c.begin >= n) {  // the whole circle: alone
       if (c.stall > total) total = c.stall, ops = {c.op};
       continue;
     }
     std::vector<trace::OpIndex> with;
-    const double sum = c.stall + best_disjoint(arcs, c.end - step, c.begin, &with);
+    const double sum = c.stall + best_disjoint(arcs, c.end - n, c.begin, &with);
     if (sum > total) {
       total = sum;
       with.push_back(c.op);
@@ -219,7 +225,8 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
       if (!x.persistent && (k < u.front() || k > u.back())) continue;  // not alive at k
       const double release = next != u.begin() ? start[*(next - 1) + 1] : start[u.back() + 1] - step;
       const double deadline = next != u.end() ? start[*next] : start[u.front()] + step;
-      windows.push_back({release, deadline, double(x.bytes)});
+      const std::size_t deadline_op = next != u.end() ? *next : u.front() + n;
+      windows.push_back({release, deadline, double(x.bytes), deadline_op});
       const trace::OpIndex previous = next != u.begin() ? *(next - 1) : u.back();
       if (trace::only_reads(x, previous))
         unchanged += double(x.bytes);
@@ -230,8 +237,10 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
     const double need_out = std::max(0.0, need - unchanged);
     const double traffic = std::max(need_out / out_bw, need / in_bw);
     const double stall_out = need_out > 0 ? out_stall(changed, need_out, out_bw, start[k]) : 0.0;
-    const InStall in = in_stall(windows, need, in_bw, start[k + 1]);
-    if (in.stall > 0) arcs.push_back({start[k + 1], in.window_end, in.stall, static_cast<trace::OpIndex>(k)});
+    const InStall in = in_stall(windows, need, in_bw, start[k + 1], k + 1);
+    if (in.stall > 0)
+      arcs.push_back({static_cast<std::int64_t>(k + 1), static_cast<std::int64_t>(in.window_end), in.stall,
+                      static_cast<trace::OpIndex>(k)});
     // Both stalls may fall on the same moment of the repeating step (a wrapping window), so
     // only the larger one is sure to add up.
     const double stall = std::max(stall_out, in.stall);
@@ -251,7 +260,7 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
   // Operators whose returns must cross the incoming link in stretches of the step that do not
   // overlap (one per micro-batch, say) each cost their own stall: the sum is a bound too.
   std::vector<trace::OpIndex> peaks;
-  const double combined = step + disjoint_stalls(std::move(arcs), step, peaks);
+  const double combined = step + disjoint_stalls(std::move(arcs), static_cast<std::int64_t>(n), peaks);
   if (peaks.size() > 1 && combined > b.bound_s) {
     std::sort(peaks.begin(), peaks.end());
     b.bound_s = combined;

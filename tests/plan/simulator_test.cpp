@@ -347,6 +347,15 @@ TEST(StepBound, StallsOfTouchingStretchesDoNotAddUp) {
   const PlanResult planned = make_plan(t, hw);
   const double step = simulate(t, planned.plan, hw, enforce).step_time_s;
   EXPECT_GE(step + 1e-9, b.bound_s);
+  // The same at a tenth of the times: stretches are compared as operator boundaries, so the
+  // rounding of 0.1 s sums cannot make the touching ones look apart (it did in seconds: 1.4 s).
+  trace::Trace fast = teraio::testing::trace_of_durations(std::vector<double>(4, 0.1));
+  add(fast, 2 * kGB, {1}, true);
+  add(fast, kGB, {0, 3});
+  hw.d2h_bandwidth = hw.h2d_bandwidth = 2.5e9;
+  const StepBound tenth = step_time_bound(fast, hw);
+  EXPECT_NEAR(tenth.bound_s, 1.1, 1e-9);
+  EXPECT_EQ(tenth.peaks, 2u);
 }
 
 TEST(StepBound, NoSimulatedPlanBeatsIt) {
