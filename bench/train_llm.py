@@ -635,9 +635,10 @@ def tune_recomputation(args, lm, session, step, prefix):
     from teraio import recompute
 
     def save_trial(trial):
-        session.save_trace(f"{prefix}-c{trial.count}-trace.tiotrace")
-        if trial.step_s is not None:
-            session.save_plan(f"{prefix}-c{trial.count}-plan.json")
+        if trial.step_s is None:  # a failed trial has a profile but no plan
+            session.save_trace(f"{prefix}-c{trial.count}-trace.tiotrace")
+        else:
+            save_trace_and_plan(session, f"{prefix}-c{trial.count}")
 
     counts = parse_counts(args.recompute_counts) if args.recompute_counts else None
     choice = recompute.tune(session, lm.blocks, step, counts=counts,

@@ -25,21 +25,36 @@ struct Window {
   std::size_t deadline_op;  // the operator of the next use, plus the step's operator count if it wraps
 };
 
+// Of the windows in the order bytes are chosen (`w` sorted), the first `need` bytes: the
+// largest (bytes chosen from window i to the last one chosen) / bw - slack(w[i]) over i, and
+// the window i that gives it (w.size() when nothing stalls).
+struct Worst {
+  double stall = 0;
+  std::size_t at = 0;
+};
+
+template <typename Slack>
+Worst worst_stall(const std::vector<Window>& w, double need, double bw, Slack slack) {
+  std::size_t chosen = 0;
+  double left = need;
+  while (chosen < w.size() && left > 0) left -= w[chosen++].bytes;
+  // left <= 0: the last one chosen counts only in part (> 0: the windows hold less than need).
+  Worst worst{0, w.size()};
+  double acc = 0;
+  for (std::size_t i = chosen; i-- > 0;) {
+    acc += w[i].bytes + (i + 1 == chosen ? left : 0.0);
+    const double stall = acc / bw - slack(w[i]);
+    if (stall > worst.stall) worst = {stall, i};
+  }
+  return worst;
+}
+
 // The least stall before k that moving `need` bytes out costs at `bw`: choosing the bytes
 // released earliest minimizes, for every t0, the bytes that must leave within [t0, k), so
 // that choice gives the smallest max over t0 of (bytes released after t0) / bw - (k - t0).
 double out_stall(std::vector<Window>& w, double need, double bw, double k_start) {
   std::sort(w.begin(), w.end(), [](const Window& a, const Window& b) { return a.release < b.release; });
-  std::size_t chosen = 0;
-  for (double acc = 0; chosen < w.size() && acc < need; ++chosen) acc += w[chosen].bytes;
-  double acc = 0, stall = 0;
-  double left = need;
-  for (std::size_t i = 0; i < chosen; ++i) left -= w[i].bytes;  // <= 0: the last one is partial
-  for (std::size_t i = chosen; i-- > 0;) {
-    acc += w[i].bytes + (i + 1 == chosen ? left : 0.0);
-    stall = std::max(stall, acc / bw - (k_start - w[i].release));
-  }
-  return stall;
+  return worst_stall(w, need, bw, [&](const Window& x) { return k_start - x.release; }).stall;
 }
 
 // The same for bringing them back after k ends, choosing the latest deadlines. The stall
@@ -52,18 +67,8 @@ struct InStall {
 
 InStall in_stall(std::vector<Window>& w, double need, double bw, double k_end, std::size_t k_next) {
   std::sort(w.begin(), w.end(), [](const Window& a, const Window& b) { return a.deadline > b.deadline; });
-  std::size_t chosen = 0;
-  for (double acc = 0; chosen < w.size() && acc < need; ++chosen) acc += w[chosen].bytes;
-  double left = need;
-  for (std::size_t i = 0; i < chosen; ++i) left -= w[i].bytes;
-  double acc = 0;
-  InStall best{0, k_next};
-  for (std::size_t i = chosen; i-- > 0;) {
-    acc += w[i].bytes + (i + 1 == chosen ? left : 0.0);
-    const double stall = acc / bw - (w[i].deadline - k_end);
-    if (stall > best.stall) best = {stall, w[i].deadline_op};
-  }
-  return best;
+  const Worst worst = worst_stall(w, need, bw, [&](const Window& x) { return x.deadline - k_end; });
+  return {worst.stall, worst.at < w.size() ? w[worst.at].deadline_op : k_next};
 }
 
 // A stretch of the repeating step in which the incoming link must carry some operator's

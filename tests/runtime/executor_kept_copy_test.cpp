@@ -81,10 +81,7 @@ TEST(ExecutorKeptCopy, AWriteMakesTheCopyStaleAndTheNextTripCopiesAgain) {
 TEST(ExecutorKeptCopy, AFullTierTakesKeptCopiesBackBeforeRefusingAnOffload) {
   // One tensor's worth of host tier and of SSD: tensor 1's kept copy fills the host, tensor 2
   // goes to the SSD, and tensor 3 only finds room once the kept copy is given up.
-  RigOptions options;
-  options.host_capacity = kBytes;
-  options.ssd_capacity = kBytes;
-  Rig rig(0, options);
+  Rig rig(0, RigOptions::one_tensor_per_tier(kBytes));
   Executor& ex = rig.executor();
   for (TensorId id : {1, 2, 3}) rig.add(id, kBytes);
   ex.set_plan(

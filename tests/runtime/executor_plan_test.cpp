@@ -293,10 +293,7 @@ TEST(ExecutorPlan, DestructionWaitsForTransfersAndReleasesExtents) {
 // freed tensors first instead of being skipped.
 TEST(ExecutorPlan, AnOffloadFindingTheTiersFullForgetsFreedTensorsFirst) {
   constexpr std::uint64_t kUnit = 64 * kKiB;
-  RigOptions options;
-  options.host_capacity = kUnit;
-  options.ssd_capacity = kUnit;
-  Rig rig(0, options);
+  Rig rig(0, RigOptions::one_tensor_per_tier(kUnit));
   Executor& ex = rig.executor();
   for (TensorId id : {1, 2, 3}) rig.add(id, kUnit);
   ex.set_plan(plan_of({offload(1, kUnit, plan::Tier::kHost, 1), offload(2, kUnit, plan::Tier::kHost, 2),

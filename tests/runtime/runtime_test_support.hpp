@@ -91,6 +91,13 @@ struct RigOptions {
   std::uint64_t host_capacity = 256 * kKiB;
   std::uint64_t ssd_capacity = 1 * kMiB;
   io::testing::FaultyBackend::Faults faults;
+
+  // Tiers that each hold one tensor of `bytes`: the third offload finds both full.
+  static RigOptions one_tensor_per_tier(std::uint64_t bytes) {
+    RigOptions options;
+    options.host_capacity = options.ssd_capacity = bytes;
+    return options;
+  }
 };
 
 // A tier store over a temporary SSD directory (POSIX backend behind a fault injector), the
