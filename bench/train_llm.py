@@ -178,7 +178,8 @@ def parse_args(argv):
     p.add_argument("--recompute-trials", type=int, default=9,
                    help="teraio-recompute: most trials of tune's search (default %(default)s)")
     p.add_argument("--recompute-measure", type=int, default=2,
-                   help="teraio-recompute: timed steps per trial, the fastest counts (default %(default)s)")
+                   help="teraio-recompute: timed steps per trial, the fastest counts (default %(default)s); 0 times "
+                        "none and compares the predicted steps (with --save-trace: each count's trace, cheaply)")
     p.add_argument("--child-timeout", type=float, default=900, help="seconds before a mode is killed (default 900)")
     p.add_argument("--alloc-conf", help="PYTORCH_CUDA_ALLOC_CONF for every mode, e.g. expandable_segments:True")
     p.add_argument("--plot", action="store_true", help="after the run, plot every table in --out (matplotlib)")
@@ -196,9 +197,9 @@ def parse_args(argv):
     if unknown:
         p.error(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(MODES)}")
     if args.steps < 1 or args.warmup < 0 or args.profile_steps < 1 or args.recompute_trials < 1 \
-            or args.recompute_measure < 1:
-        p.error("--steps, --profile-steps, --recompute-trials and --recompute-measure must be at least 1, "
-                "--warmup at least 0")
+            or args.recompute_measure < 0:
+        p.error("--steps, --profile-steps and --recompute-trials must be at least 1, "
+                "--warmup and --recompute-measure at least 0")
     try:
         for name in ("budget", "reserve", "teraio_budget", "host_budget", "mixed_host_budget", "ssd_capacity"):
             if getattr(args, name) is not None:
@@ -635,7 +636,7 @@ def tune_recomputation(args, lm, session, step, prefix):
     from teraio import recompute
 
     def save_trial(trial):
-        if trial.step_s is None:  # a failed trial has a profile but no plan
+        if trial.failed:  # a failed trial has a profile but no plan
             session.save_trace(f"{prefix}-c{trial.count}-trace.tiotrace")
         else:
             save_trace_and_plan(session, f"{prefix}-c{trial.count}")

@@ -86,7 +86,7 @@ class Trial:
     """One candidate count: how its steps ran under the session."""
 
     count: int                       # layers recomputed (the last ones)
-    step_s: Optional[float]          # the fastest measured step; None when the trial failed
+    step_s: Optional[float]          # the fastest measured step; None when the trial failed or timed nothing
     phase: str                       # the session's phase when measured ("planned", "passive"; "profile"
                                      # after two divergent steps), or "failed"
     predicted_step_s: Optional[float]  # the simulator's step for the plan (the profiled step when passive)
@@ -94,9 +94,21 @@ class Trial:
     bytes_offloaded: int = 0         # per measured step, to host and SSD
     error: Optional[str] = None      # why the trial failed: planning its profiled step failed
 
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    @property
+    def rank_s(self) -> Optional[float]:
+        """What the search compares: the measured step, or the predicted one when none was timed."""
+        return self.step_s if self.step_s is not None else self.predicted_step_s
+
     def describe(self) -> str:
-        if self.step_s is None:
+        if self.failed:
             return f"{self.count} recomputed: failed ({self.error})"
+        if self.step_s is None:
+            predicted = "no prediction" if self.predicted_step_s is None else f"predicted {self.predicted_step_s:.3f} s"
+            return f"{self.count} recomputed: {predicted} ({self.phase}, not timed)"
         predicted = f", predicted {self.predicted_step_s:.3f} s" if self.predicted_step_s is not None else ""
         moved = f", {_native.format_bytes(self.bytes_offloaded)} out" if self.bytes_offloaded else ""
         return f"{self.count} recomputed: {self.step_s:.3f} s ({self.phase}{predicted}{moved})"
@@ -140,10 +152,13 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
     `step()` runs one training step's forward, backward and optimizer step; tune() runs it inside
     `session.step()` itself. Every trial sets the count, has the session profile and plan the
     changed step (`session.reprofile()`), then times `measure_steps` planned steps and keeps the
-    fastest. With `counts` the trials are exactly those; otherwise a scan from every layer
-    checkpointed down to none in strides of a quarter of the layers, stopped early once a trial
-    is more than `slower_stop` slower than the best and slower than the one before it, then
-    refined around the best by halving strides, `max_trials` in all.
+    fastest. `measure_steps=0` times nothing: each trial only profiles and plans, and the search
+    compares the simulator's predicted steps instead (a cheaper, less certain choice; the
+    benchmark uses it to collect each count's trace for its bound). With `counts` the trials
+    are exactly those; otherwise a scan from every layer checkpointed down to none in strides of
+    a quarter of the layers, stopped early once a trial is more than `slower_stop` slower than
+    the best and slower than the one before it, then refined around the best by halving
+    strides, `max_trials` in all.
 
     These are real training steps: the model trains while tune() runs (the losses are those of
     the same steps without TeraIO, since checkpointing recomputes the same values). A trial whose
@@ -156,8 +171,8 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
     """
     recomputation = layers if isinstance(layers, Recomputation) else Recomputation(layers)
     n = recomputation.layers
-    if measure_steps < 1:
-        raise ValueError(f"tune: measure_steps must be >= 1 (got {measure_steps})")
+    if measure_steps < 0:
+        raise ValueError(f"tune: measure_steps must be >= 0 (got {measure_steps})")
     if counts is not None:
         counts = list(counts)
         bad = [c for c in counts if not 0 <= c <= n]
@@ -207,9 +222,10 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
             result = Trial(count, None, "failed", None, None, error=str(failure))
         else:
             plan = session.report()["plan"]
-            best = min(range(len(times)), key=times.__getitem__)
-            result = Trial(count, times[best], session.phase, plan.get("predicted_step_s"),
-                           True if session.phase == "passive" else plan.get("stall_free"), moved[best])
+            best = min(range(len(times)), key=times.__getitem__) if times else None
+            result = Trial(count, None if best is None else times[best], session.phase,
+                           plan.get("predicted_step_s"), True if session.phase == "passive" else plan.get("stall_free"),
+                           0 if best is None else moved[best])
         order.append(result)
         say(f"trial {len(order)}: {result.describe()}")
         if on_trial is not None:
@@ -217,8 +233,8 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
         return result
 
     def best():
-        done = [t for t in order if t.step_s is not None]
-        return min(done, key=lambda t: t.step_s) if done else None
+        done = [t for t in order if not t.failed and t.rank_s is not None]
+        return min(done, key=lambda t: t.rank_s) if done else None
 
     if counts is not None:
         for count in counts:
@@ -231,16 +247,16 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
                 break
             result = trial(count)
             leader = best()
-            if result.step_s is None or (leader is not None and previous is not None and previous.step_s is not None
-                                         and result.step_s > leader.step_s * (1 + slower_stop)
-                                         and result.step_s > previous.step_s):
+            if result.failed or (leader is not None and previous is not None and None not in (result.rank_s, previous.rank_s)
+                                 and result.rank_s > leader.rank_s * (1 + slower_stop)
+                                 and result.rank_s > previous.rank_s):
                 break  # fewer recomputed layers only adds memory to move
             previous = result
         while stride > 1 and len(order) < max_trials and best() is not None:
             stride = (stride + 1) // 2
             centre = best().count
             # A count no plan reached bounds the counts below it: they need more memory still.
-            floor = max((t.count for t in order if t.step_s is None), default=-1)
+            floor = max((t.count for t in order if t.failed), default=-1)
             for count in (centre - stride, centre + stride):
                 if floor < count <= n and all(t.count != count for t in order) and len(order) < max_trials:
                     trial(count)

@@ -157,6 +157,7 @@ class FakeSession:
         self.phase, self.left, self.last_step, self.reprofiles = "warmup", 2, None, 0
         self.device = "cpu"
         self.records = []
+        self.predicted_of = None  # the simulator's step for a count's plan
 
     def reprofile(self):
         self.phase, self.left = "profile", 1
@@ -182,7 +183,8 @@ class FakeSession:
                           "bytes_offloaded": 0}
 
     def report(self):
-        return {"plan": {"predicted_step_s": None, "stall_free": True}, "steps": self.records}
+        predicted = self.predicted_of(self.recomputation.count) if self.predicted_of else None
+        return {"plan": {"predicted_step_s": predicted, "stall_free": True}, "steps": self.records}
 
 
 def _search(time_of, layers=16, unplannable=(), step=lambda: None, **kw):
@@ -212,18 +214,34 @@ def test_search_sets_the_chosen_count_back_and_replans_it():
     assert session.reprofiles == 2  # the other trial, then the chosen count again
 
 
+def test_without_timed_steps_the_search_ranks_counts_by_their_predicted_steps():
+    r = recompute.Recomputation([torch.nn.Linear(1, 1) for _ in range(4)])
+    # Measured, 4 would win; the simulator prefers 3, and no step is timed.
+    session = FakeSession(lambda c: 1.0 if c == 4 else 2.0, r)
+    session.predicted_of = lambda c: 1.0 if c == 3 else 2.0
+    lines = []
+    choice = recompute.tune(session, r, lambda: None, counts=[4, 3, 2], measure_steps=0, progress=lines.append)
+    assert [t.step_s for t in choice.trials] == [None, None, None]
+    assert [t.predicted_step_s for t in choice.trials] == [2.0, 1.0, 2.0]
+    assert not any(t.failed for t in choice.trials)
+    assert choice.count == 3 and r.count == 3 and session.phase == "planned"
+    # Two steps per trial (warm-up or profile, profile), then 3 profiled again: no timed step.
+    assert choice.steps == 2 + 1 + 1 + 1 == len(session.records)
+    assert "3 recomputed: predicted 1.000 s (planned, not timed)" in lines[1]
+
+
 def test_tune_refuses_bad_counts():
     r = recompute.Recomputation([torch.nn.Linear(1, 1)])
     with pytest.raises(ValueError, match="between 0 and 1"):
         recompute.tune(FakeSession(lambda c: 1.0, r), r, lambda: None, counts=[2], progress=None)
     with pytest.raises(ValueError, match="measure_steps"):
-        recompute.tune(FakeSession(lambda c: 1.0, r), r, lambda: None, measure_steps=0, progress=None)
+        recompute.tune(FakeSession(lambda c: 1.0, r), r, lambda: None, measure_steps=-1, progress=None)
 
 
 def test_a_count_that_cannot_be_planned_is_a_failed_trial_and_bounds_the_search():
     # Fewer than 8 recomputed layers cannot be planned; 8 is the fastest that can.
     choice, tried, session = _search(lambda c: 1.0 + c / 16, unplannable=range(8))
-    failed = [t for t in choice.trials if t.step_s is None]
+    failed = [t for t in choice.trials if t.failed]
     # The coarse scan stops at 4; refining tries 6 and 7, never what a failure bounds (0, 5).
     assert [t.count for t in failed] == [4, 6, 7], tried
     assert 0 not in tried and 5 not in tried
