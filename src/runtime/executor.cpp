@@ -39,6 +39,7 @@ std::string_view to_string(StallCause cause) {
     case StallCause::kTakeBack: return "take-back";
     case StallCause::kForget: return "forget";
     case StallCause::kDrain: return "drain";
+    case StallCause::kTierRoom: return "tier-room";
   }
   return "unknown";
 }

@@ -53,6 +53,7 @@ void Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, s
     const TensorId id = *victim;
     Entry& e = entries.at(id);
     if (!start_offload(id, e, io::TierKind::kHost, nullptr)) {
+      if (wait_for_tier_room(op)) continue;
       throw Error(ErrorKind::kTierFull,
                   over_budget(op, incoming,
                               cat("neither the host nor the SSD tier has room for tensor ", id, " (", e.bytes,
@@ -63,6 +64,30 @@ void Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, s
                incoming, " incoming over ", limit);
     if (e.location == Location::kOffloading) complete(id, e, op);  // else dropped: nothing to copy
   }
+}
+
+bool Executor::State::wait_for_tier_room(OpIndex op) {
+  // A prefetch gives its extent back when its copy is done. The plan counted that space free
+  // from the prefetch's simulated end, but a link slower than simulated finishes it later, so
+  // an eviction can find the tiers full while the room is a copy away. Waiting for that copy
+  // stalls; failing would lose the step. Oldest first: copies finish in about the order issued.
+  for (std::size_t i = 0; i < settling.size(); ++i) {
+    if (!settling[i].release) continue;  // a settled offload: its extent stays taken
+    if (std::exception_ptr failure = retire_settled(i, StallCause::kTierRoom, op)) {
+      std::rethrow_exception(failure);
+    }
+    return true;
+  }
+  auto fetching = std::find_if(in_flight.begin(), in_flight.end(), [&](TensorId id) {
+    const Entry& e = entries.at(id);
+    return e.location == Location::kFetching && !e.keep_after_fetch;
+  });
+  if (fetching == in_flight.end()) return false;
+  const TensorId id = *fetching;
+  Entry& e = entries.at(id);
+  await(e, op, StallCause::kTierRoom);
+  finish(id, e);
+  return true;
 }
 
 void* Executor::State::allocate(TensorId id, Entry& e, std::span<const TensorId> keep) {

@@ -264,8 +264,11 @@ struct Executor::State {
 
   // Frees device memory until resident + incoming <= limit: first by waiting for offloads
   // already under way, then by evicting the idle tensor pick_victim chooses. Tensors in `keep`
-  // stay.
+  // stay. An eviction no tier has room for waits for a prefetch to give its extent back.
   void free_down_to(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming, std::uint64_t limit);
+  // Waits for the oldest transfer that gives an extent back when done (a prefetch, a taken-back
+  // offload) and retires it; false when none is under way. Stall cause kTierRoom.
+  bool wait_for_tier_room(OpIndex op);
 
   // A fresh allocation for a fetch. The allocator may refuse one although the tracked tensors
   // are within the budget (memory TeraIO does not track, blocks too fragmented to join): then

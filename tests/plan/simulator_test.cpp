@@ -358,6 +358,98 @@ TEST(StepBound, StallsOfTouchingStretchesDoNotAddUp) {
   EXPECT_EQ(tenth.peaks, 2u);
 }
 
+// A tensor whose first use only reads it: it keeps a valid copy off the device, so leaving
+// costs no outgoing link time and only its return can stall (the bound's out stall is 0).
+trace::TensorId add_read_then_idle(trace::Trace& t, std::uint64_t bytes, std::vector<trace::OpIndex> uses) {
+  const trace::TensorId id = add(t, bytes, uses);
+  t.tensors.back().read_only_uses = {uses.front()};
+  return id;
+}
+
+TEST(StepBound, StallsOfTouchingStretchesInsideTheStepDoNotAddUp) {
+  // 4 s per GB; the budget is 2 GB and ops 1 and 2 are 1 GB over it (transients X1, X2).
+  // At op 1 only P (idle until op 3) can be out: 4 s to bring it back, 1 s of it hidden by op 2,
+  // so 3 s in [2, 3]. At op 2 Q (idle until op 5) is the latest needed: 4 s - 2 s = 2 s in
+  // [3, 5]. The stretches share boundary 3, far from the step's end: 8 s + 3 s, not + 3 s + 2 s.
+  trace::Trace t = unit_trace(8);
+  add_read_then_idle(t, kGB, {0, 3});  // P
+  add_read_then_idle(t, kGB, {1, 5});  // Q
+  add(t, kGB, {1});                    // X1
+  add(t, kGB, {2});                    // X2
+  Hardware hw = unit_hardware(2 * kGB);
+  hw.d2h_bandwidth = hw.h2d_bandwidth = 0.25e9;
+  const StepBound b = step_time_bound(t, hw);
+  EXPECT_DOUBLE_EQ(b.bound_s, 11.0);
+  EXPECT_EQ(b.peaks, 1u);
+  EXPECT_EQ(b.binding_op, 1u);
+}
+
+TEST(StepBound, StretchesRunFromTheNextOperatorToTheBindingDeadline) {
+  // 5 s per GB; the budget is 3 GB and ops 1, 3 and 5 are 1 GB over it. Each one's only
+  // latest-needed tensor (P1, P3, P5) returns 2 operators after it ends: 5 s - 2 s = 3 s each,
+  // in [2, 4], [4, 6] and [6, 8]. The middle one touches both others, so the most that adds up
+  // is ops 1 and 5: 12 s + 6 s. A stretch one operator shorter at either end would make all
+  // three apart: 12 s + 9 s.
+  trace::Trace t = unit_trace(12);
+  add_read_then_idle(t, kGB, {0, 4});  // P1
+  add_read_then_idle(t, kGB, {2, 6});  // P3
+  add_read_then_idle(t, kGB, {4, 8});  // P5
+  add(t, 3 * kGB, {1});                // with P1: 4 GB
+  add(t, 2 * kGB, {3});                // with P1 and P3: 4 GB (op 4 holds 3 GB)
+  add(t, 2 * kGB, {5});                // with P3 and P5: 4 GB
+  Hardware hw = unit_hardware(3 * kGB);
+  hw.d2h_bandwidth = hw.h2d_bandwidth = 0.2e9;
+  const StepBound b = step_time_bound(t, hw);
+  EXPECT_DOUBLE_EQ(b.bound_s, 18.0);
+  EXPECT_EQ(b.peaks, 2u);
+  EXPECT_EQ(b.binding_op, 1u);
+}
+
+TEST(StepBound, AStretchCrossingTheStepBoundaryAddsUp) {
+  // 5 s per GB; the budget is 2 GB and ops 3 and 6 are 1 GB over it. At op 3 P (idle until op
+  // 5) returns in [4, 5]: 5 s - 1 s = 4 s. At op 6 only the weight W can be out, and it is next
+  // used at op `first` of the next step: 5 s - (first + 1) s in [7, 8 + first], which wraps past
+  // the step's end and is apart from [4, 5]. Without the crossing stretch only 4 s would count.
+  for (const trace::OpIndex first : {0u, 1u}) {  // the crossing stretch ends at or past the step's end
+    trace::Trace t = unit_trace(8);
+    add(t, kGB, {first, 3}, true);  // W
+    t.tensors.back().read_only_uses = {first, 3};
+    add_read_then_idle(t, kGB, {2, 5});  // P
+    add(t, kGB, {3});                    // with W and P: 3 GB
+    add(t, 2 * kGB, {6});                // with W: 3 GB
+    Hardware hw = unit_hardware(2 * kGB);
+    hw.d2h_bandwidth = hw.h2d_bandwidth = 0.2e9;
+    const StepBound b = step_time_bound(t, hw);
+    EXPECT_DOUBLE_EQ(b.bound_s, 8.0 + 4.0 + (4.0 - first)) << first;
+    EXPECT_EQ(b.peaks, 2u) << first;
+    EXPECT_EQ(b.binding_op, 3u) << first;
+  }
+}
+
+TEST(StepBound, EveryRunOfOperatorsOverTheBudgetIsExamined) {
+  // 1 GB/s; the budget is 4 GB. Ops 1..256 hold R (4 GB, in use) and L (2 GB, idle until op
+  // 259): 6 GB, 2 GB over, but L returns in the 2 s before op 259 with no stall. Op 261 holds
+  // Y (3 GB, idle until op 262) and a 4 GB transient: 7 GB, and Y's return stalls 3 s in
+  // [262, 262]. Ops 264..269 hold Z (1.5 GB, idle until op 270) and transients: 4.5 GB, then
+  // 5.5 GB at op 269, whose 1.5 GB of Z stall 1.5 s in [270, 270], apart from [262, 262]. That
+  // run is not among the 256 operators most over the budget (257 are over by more), and its
+  // worst operator is not among its first 4: 271 s + 3 s + 1.5 s.
+  trace::Trace t = unit_trace(271);
+  std::vector<trace::OpIndex> region(256);
+  for (std::size_t i = 0; i < region.size(); ++i) region[i] = static_cast<trace::OpIndex>(i + 1);
+  add(t, 4 * kGB, region);                     // R
+  add_read_then_idle(t, 2 * kGB, {0, 259});    // L
+  add_read_then_idle(t, 3 * kGB, {260, 262});  // Y
+  add(t, 4 * kGB, {261});
+  add_read_then_idle(t, 3 * kGB / 2, {263, 270});  // Z
+  for (trace::OpIndex k = 264; k < 269; ++k) add(t, 3 * kGB, {k});
+  add(t, 4 * kGB, {269});
+  const StepBound b = step_time_bound(t, unit_hardware(4 * kGB));
+  EXPECT_DOUBLE_EQ(b.bound_s, 275.5);
+  EXPECT_EQ(b.peaks, 2u);
+  EXPECT_EQ(b.binding_op, 261u);
+}
+
 TEST(StepBound, NoSimulatedPlanBeatsIt) {
   // The bound holds against what the simulator makes of the reactive mode (no plan at all).
   trace::Trace t = unit_trace(6);

@@ -284,8 +284,8 @@ class DeviceMemory final : public TensorMemory {
 // A host tier only, whose transfers of "device" memory enqueue their copy (as on CUDA).
 class DeviceRig {
  public:
-  explicit DeviceRig(std::uint64_t budget)
-      : store_(copier_, config()), memory_(copier_), executor_(store_, memory_, {budget}) {}
+  explicit DeviceRig(std::uint64_t budget, std::uint64_t host_capacity = 1 * kMiB)
+      : store_(copier_, config(host_capacity)), memory_(copier_), executor_(store_, memory_, {budget}) {}
   // Whatever a test left held runs, so that the executor and the store can drain.
   ~DeviceRig() {
     copier_.hold(false);
@@ -325,9 +325,9 @@ class DeviceRig {
   }
 
  private:
-  static io::EngineConfig config() {
+  static io::EngineConfig config(std::uint64_t host_capacity) {
     io::EngineConfig c;
-    c.host_capacity = 1 * kMiB;
+    c.host_capacity = host_capacity;
     c.transfer_threads = 2;
     c.enqueue_host_copies = true;
     return c;
@@ -437,6 +437,63 @@ TEST(ExecutorDeviceWait, PlannedPrefetchIsUsedBehindItsCopyAndItsExtentWaitsForI
   ASSERT_EQ(retired.transfers.size(), 1u);
   EXPECT_EQ(retired.transfers[0].direction, plan::Direction::kPrefetch);
   EXPECT_TRUE(retired.transfers[0].planned);
+}
+
+// Room for two tensors on the host, both taken: tensor 2 is out, and tensor 1 is coming back
+// (its copy in held). An eviction of tensor 3 then finds no tier with room. Tensor 1's extent
+// is free as soon as its copy in is done, so the eviction waits for that copy (stall cause
+// tier-room) instead of failing the step: once while the prefetch is still in flight (the host
+// finishes it), once after the device has taken the wait over (the host retires it).
+TEST(ExecutorDeviceWait, AnEvictionFindingTheTiersFullWaitsForAPrefetchToGiveItsRoomBack) {
+  constexpr std::uint64_t kSlot = 28 * kKiB;  // kBytes in whole pages
+  for (const bool settled : {false, true}) {
+    SCOPED_TRACE(settled ? "prefetch settled on the device" : "prefetch in flight");
+    DeviceRig rig(3 * kBytes, 2 * kSlot);
+    Executor& ex = rig.executor();
+    for (TensorId id : {1, 2, 3}) rig.add(id, kBytes);
+    ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kHost, 1), offload(2, kBytes, plan::Tier::kHost, 1),
+                         prefetch(1, kBytes, plan::Tier::kHost, 2, 3)}));
+    ex.set_mode(Mode::kPlanned);
+    ex.begin_step();
+    const TensorId all[] = {1, 2, 3};
+    ex.before_op(0, all);
+    ex.after_op(0, all);
+    ex.before_op(1, {});
+    ex.drain();
+    ex.after_op(1, {});
+    ASSERT_EQ(rig.host_used(), 2 * kSlot);
+
+    rig.copier().hold(true);
+    ex.before_op(2, {});
+    ASSERT_EQ(ex.location(1), Location::kFetching);
+    const TensorId one[] = {1};
+    std::span<const TensorId> used;
+    if (settled) {
+      ex.after_op(2, {});
+      ASSERT_TRUE(rig.returns_while_held([&] { ex.before_op(3, one); }));
+      ASSERT_EQ(ex.location(1), Location::kDevice);
+      used = one;
+    }
+    rig.add(4, 2 * kBytes);  // an output: 2 + 1 resident + 2 over a budget of 3
+    {
+      std::jthread copy_in = rig.complete_later(CopyDirection::kToDevice, 100ms);
+      ex.after_op(settled ? 3 : 2, used);
+    }
+    // The least recently used idle tensor went: 3, or, once its fetch was finished for the
+    // room, tensor 1 (used last at operator 0, before 3) where nothing keeps it.
+    EXPECT_EQ(ex.location(settled ? 3 : 1), Location::kHost);
+    EXPECT_LE(ex.resident_bytes(), ex.budget());
+    const StepStats stats = ex.end_step();
+    EXPECT_GT(stats.stall_by_cause_s[static_cast<std::size_t>(StallCause::kTierRoom)], 0.0);
+    EXPECT_EQ(stats.evictions, 1u);
+
+    rig.copier().hold(false);
+    rig.copier().complete_all();
+    ex.remove_tensor(4);
+    ex.fetch_all();
+    for (TensorId id : {1, 2, 3}) EXPECT_TRUE(rig.memory().intact(id)) << "tensor " << id;
+    EXPECT_EQ(rig.copier().overtakes(), 0);
+  }
 }
 
 TEST(ExecutorDeviceWait, OffloadTakenBackIsResidentAtOnceAndItsExtentGoesBackLater) {

@@ -66,8 +66,9 @@ enum class StallCause : std::uint8_t {
   kTakeBack,  // an offload without a device side, of a tensor needed again
   kForget,    // a transfer of a tensor the program freed
   kDrain,     // every transfer, at the end of a step or on close
+  kTierRoom,  // a prefetch still holding its extent, when an eviction found no tier with room
 };
-inline constexpr std::size_t kStallCauseCount = 5;
+inline constexpr std::size_t kStallCauseCount = 6;
 std::string_view to_string(StallCause cause);
 
 // The operator thread waiting for transfers before an operator.
