@@ -67,26 +67,53 @@ void Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, s
 }
 
 bool Executor::State::wait_for_tier_room(OpIndex op) {
-  // A prefetch gives its extent back when its copy is done. The plan counted that space free
-  // from the prefetch's simulated end, but a link slower than simulated finishes it later, so
-  // an eviction can find the tiers full while the room is a copy away. Waiting for that copy
-  // stalls; failing would lose the step. Oldest first: copies finish in about the order issued.
+  // A prefetch gives its extent back when its copy is done (a prefetch that keeps its copy
+  // gives it up on the next try: start_offload), a taken-back offload when the copy out it
+  // dropped is. The plan counted that space free from the copy's simulated end, but a link
+  // slower than simulated finishes it later, so an eviction can find the tiers full while the
+  // room is a copy away. Waiting for that copy stalls; failing would lose the step.
+  struct Source {
+    io::Transfer transfer;
+    std::optional<std::size_t> settled;  // its index in `settling`, else a fetch in flight
+    TensorId fetched = 0;
+  };
+  std::vector<Source> sources;
   for (std::size_t i = 0; i < settling.size(); ++i) {
-    if (!settling[i].release) continue;  // a settled offload: its extent stays taken
-    if (std::exception_ptr failure = retire_settled(i, StallCause::kTierRoom, op)) {
+    if (settling[i].release) sources.push_back({settling[i].transfer, i});  // else its extent stays taken
+  }
+  for (const TensorId id : in_flight) {
+    const Entry& e = entries.at(id);
+    if (e.location == Location::kFetching) sources.push_back({e.transfer, std::nullopt, id});
+  }
+  if (sources.empty()) return false;
+  // Copies finish by urgency, not in the order issued (CUDA's copy lanes), so the wait is for
+  // whichever is done first: each round blocks briefly on one source, then looks at all.
+  const double start = now_s();
+  const Source* done = nullptr;
+  for (std::size_t round = 0; done == nullptr; ++round) {
+    for (const Source& source : sources) {
+      if (source.transfer.ready()) {
+        done = &source;
+        break;
+      }
+    }
+    if (done != nullptr) {
+      if (round > 0) record_stall(op, start, now_s(), StallCause::kTierRoom);
+    } else {
+      sources[round % sources.size()].transfer.wait_for(std::chrono::microseconds(200));
+    }
+  }
+  if (done->settled) {
+    if (std::exception_ptr failure = retire_settled(*done->settled, std::nullopt, op)) {
       std::rethrow_exception(failure);
     }
     return true;
   }
-  auto fetching = std::find_if(in_flight.begin(), in_flight.end(), [&](TensorId id) {
-    const Entry& e = entries.at(id);
-    return e.location == Location::kFetching && !e.keep_after_fetch;
-  });
-  if (fetching == in_flight.end()) return false;
-  const TensorId id = *fetching;
-  Entry& e = entries.at(id);
-  await(e, op, StallCause::kTierRoom);
-  finish(id, e);
+  Entry& e = entries.at(done->fetched);
+  finish(done->fetched, e);
+  // Fetched because an operator needs it soon: a least-recently-used pick must not send it
+  // straight back out (a planned step picks by next use anyway).
+  touch(done->fetched, e);
   return true;
 }
 
@@ -164,6 +191,8 @@ void Executor::State::issue(const plan::Migration& migration, OpIndex op, std::s
   std::vector<TensorId> keep(used.begin(), used.end());
   keep.push_back(id);
   try {
+    // An eviction for it may wait for tier room (wait_for_tier_room): skipping the prefetch
+    // instead would leave its use a demand fetch, which needs the same room and the copy too.
     make_room(op, keep, e.bytes);
     start_fetch(id, e, &migration, keep);
   } catch (const Error& error) {

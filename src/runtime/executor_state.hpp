@@ -186,6 +186,7 @@ struct Executor::State {
   // throw: the caller looks at the outcome.
   void await(const io::Transfer& transfer, OpIndex op, StallCause cause);
   void await(Entry& e, OpIndex op, StallCause cause) { await(e.transfer, op, cause); }
+  void record_stall(OpIndex op, double start, double end, StallCause cause);
   // Waits out the entry's transfer, whose result nobody needs any more, and closes it; what
   // went wrong, if it failed.
   std::optional<std::string> wait_out(TensorId id, Entry& e, OpIndex op, StallCause cause);
@@ -266,8 +267,9 @@ struct Executor::State {
   // already under way, then by evicting the idle tensor pick_victim chooses. Tensors in `keep`
   // stay. An eviction no tier has room for waits for a prefetch to give its extent back.
   void free_down_to(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming, std::uint64_t limit);
-  // Waits for the oldest transfer that gives an extent back when done (a prefetch, a taken-back
-  // offload) and retires it; false when none is under way. Stall cause kTierRoom.
+  // Waits for the first of the transfers that give an extent back when done (a prefetch, a
+  // taken-back offload) to finish, and retires it; false when none is under way. Stall cause
+  // kTierRoom.
   bool wait_for_tier_room(OpIndex op);
 
   // A fresh allocation for a fetch. The allocator may refuse one although the tracked tensors

@@ -140,7 +140,10 @@ void Executor::State::await(const io::Transfer& transfer, OpIndex op, StallCause
   const double start = now_s();
   while (!transfer.wait_for(std::chrono::seconds(1))) {
   }
-  const double end = now_s();
+  record_stall(op, start, now_s(), cause);
+}
+
+void Executor::State::record_stall(OpIndex op, double start, double end, StallCause cause) {
   stats.stalls.push_back(StallSpan{op, start, end, cause});
   stats.stall_s += end - start;
   stats.stall_by_cause_s[static_cast<std::size_t>(cause)] += end - start;

@@ -346,6 +346,30 @@ void add_three_over_a_budget_of_two(DeviceRig& rig) {
   for (TensorId id : {1, 2, 3}) rig.add(id, kBytes);
 }
 
+// Runs operator 0 (using tensors 1, 2, 3) and operator 1 of a planned step, letting the plan's
+// offloads after operator 0 finish: the tests of the wait for tier room start from full tiers.
+void run_until_offloads_done(Executor& ex) {
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  const TensorId all[] = {1, 2, 3};
+  ex.before_op(0, all);
+  ex.after_op(0, all);
+  ex.before_op(1, {});
+  ex.drain();
+  ex.after_op(1, {});
+}
+
+// Lets every copy run, drops tensor 4 (an output) and brings tensors 1, 2, 3 back: each must
+// hold its bytes, and no copy in may have overtaken the copy out of the same bytes.
+void expect_tensors_back_intact(DeviceRig& rig) {
+  rig.copier().hold(false);
+  rig.copier().complete_all();
+  rig.executor().remove_tensor(4);
+  rig.executor().fetch_all();
+  for (TensorId id : {1, 2, 3}) EXPECT_TRUE(rig.memory().intact(id)) << "tensor " << id;
+  EXPECT_EQ(rig.copier().overtakes(), 0);
+}
+
 TEST(ExecutorDeviceWait, ReactiveEvictionHandsTheWaitToTheDevice) {
   DeviceRig rig(2 * kBytes);
   Executor& ex = rig.executor();
@@ -442,25 +466,25 @@ TEST(ExecutorDeviceWait, PlannedPrefetchIsUsedBehindItsCopyAndItsExtentWaitsForI
 // Room for two tensors on the host, both taken: tensor 2 is out, and tensor 1 is coming back
 // (its copy in held). An eviction of tensor 3 then finds no tier with room. Tensor 1's extent
 // is free as soon as its copy in is done, so the eviction waits for that copy (stall cause
-// tier-room) instead of failing the step: once while the prefetch is still in flight (the host
-// finishes it), once after the device has taken the wait over (the host retires it).
+// tier-room) instead of failing the step: while the prefetch is still in flight (the host
+// finishes it), after the device has taken the wait over (the host retires it), and for a
+// prefetch that keeps its copy (its copy is given up once it is done).
 TEST(ExecutorDeviceWait, AnEvictionFindingTheTiersFullWaitsForAPrefetchToGiveItsRoomBack) {
   constexpr std::uint64_t kSlot = 28 * kKiB;  // kBytes in whole pages
-  for (const bool settled : {false, true}) {
-    SCOPED_TRACE(settled ? "prefetch settled on the device" : "prefetch in flight");
+  enum class Case { kInFlight, kSettled, kKeptCopy };
+  for (const Case c : {Case::kInFlight, Case::kSettled, Case::kKeptCopy}) {
+    const bool settled = c == Case::kSettled;
+    SCOPED_TRACE(
+        settled ? "prefetch settled on the device"
+                : (c == Case::kKeptCopy ? "prefetch keeping its copy, in flight" : "prefetch in flight"));
     DeviceRig rig(3 * kBytes, 2 * kSlot);
     Executor& ex = rig.executor();
     for (TensorId id : {1, 2, 3}) rig.add(id, kBytes);
-    ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kHost, 1), offload(2, kBytes, plan::Tier::kHost, 1),
-                         prefetch(1, kBytes, plan::Tier::kHost, 2, 3)}));
-    ex.set_mode(Mode::kPlanned);
-    ex.begin_step();
-    const TensorId all[] = {1, 2, 3};
-    ex.before_op(0, all);
-    ex.after_op(0, all);
-    ex.before_op(1, {});
-    ex.drain();
-    ex.after_op(1, {});
+    plan::Migration fetch_one = prefetch(1, kBytes, plan::Tier::kHost, 2, 3);
+    fetch_one.kept_copy = c == Case::kKeptCopy;
+    ex.set_plan(plan_of(
+        {offload(1, kBytes, plan::Tier::kHost, 1), offload(2, kBytes, plan::Tier::kHost, 1), fetch_one}));
+    run_until_offloads_done(ex);
     ASSERT_EQ(rig.host_used(), 2 * kSlot);
 
     rig.copier().hold(true);
@@ -475,25 +499,98 @@ TEST(ExecutorDeviceWait, AnEvictionFindingTheTiersFullWaitsForAPrefetchToGiveIts
       used = one;
     }
     rig.add(4, 2 * kBytes);  // an output: 2 + 1 resident + 2 over a budget of 3
-    {
-      std::jthread copy_in = rig.complete_later(CopyDirection::kToDevice, 100ms);
-      ex.after_op(settled ? 3 : 2, used);
-    }
-    // The least recently used idle tensor went: 3, or, once its fetch was finished for the
-    // room, tensor 1 (used last at operator 0, before 3) where nothing keeps it.
-    EXPECT_EQ(ex.location(settled ? 3 : 1), Location::kHost);
+    std::future<void> evicted = std::async(std::launch::async, [&] { ex.after_op(settled ? 3 : 2, used); });
+    ASSERT_EQ(evicted.wait_for(200ms), std::future_status::timeout) << "the eviction did not wait for room";
+    rig.copier().complete(CopyDirection::kToDevice);
+    evicted.get();
+    // Tensor 3 went: tensor 1, used as long ago but fetched for the room, stays.
+    EXPECT_EQ(ex.location(3), Location::kHost);
+    EXPECT_EQ(ex.location(1), Location::kDevice);
     EXPECT_LE(ex.resident_bytes(), ex.budget());
     const StepStats stats = ex.end_step();
     EXPECT_GT(stats.stall_by_cause_s[static_cast<std::size_t>(StallCause::kTierRoom)], 0.0);
     EXPECT_EQ(stats.evictions, 1u);
+    EXPECT_EQ(stats.copies_given_up, c == Case::kKeptCopy ? 1u : 0u);
 
-    rig.copier().hold(false);
-    rig.copier().complete_all();
-    ex.remove_tensor(4);
-    ex.fetch_all();
-    for (TensorId id : {1, 2, 3}) EXPECT_TRUE(rig.memory().intact(id)) << "tensor " << id;
-    EXPECT_EQ(rig.copier().overtakes(), 0);
+    expect_tensors_back_intact(rig);
   }
+}
+
+// As above, with two copies that give room back: tensor 1's copy in (settled on the device,
+// older) and tensor 2's copy out, taken back before it finished (newer). Only the copy out
+// finishes: the eviction takes its room and does not wait for the older copy in.
+TEST(ExecutorDeviceWait, AnEvictionWaitingForTierRoomTakesWhicheverCopyFinishesFirst) {
+  constexpr std::uint64_t kSlot = 28 * kKiB;
+  DeviceRig rig(4 * kBytes, 2 * kSlot);
+  Executor& ex = rig.executor();
+  for (TensorId id : {1, 2, 3}) rig.add(id, kBytes);
+  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kHost, 1), offload(2, kBytes, plan::Tier::kHost, 2),
+                       prefetch(1, kBytes, plan::Tier::kHost, 2, 3)}));
+  run_until_offloads_done(ex);
+
+  rig.copier().hold(true);
+  ex.before_op(2, {});
+  ASSERT_EQ(ex.location(1), Location::kFetching);
+  ASSERT_EQ(ex.location(2), Location::kOffloading);
+  ex.after_op(2, {});
+  const TensorId both[] = {1, 2};
+  ASSERT_TRUE(rig.returns_while_held([&] { ex.before_op(3, both); }));
+  ASSERT_EQ(ex.location(1), Location::kDevice);
+  ASSERT_EQ(ex.location(2), Location::kDevice);
+  ASSERT_EQ(rig.host_used(), 2 * kSlot);  // both extents wait for their copies
+
+  rig.add(4, 2 * kBytes);  // 3 resident + 2 over a budget of 4: tensor 3 must go
+  std::future<void> evicted = std::async(std::launch::async, [&] { ex.after_op(3, both); });
+  ASSERT_EQ(evicted.wait_for(200ms), std::future_status::timeout) << "the eviction did not wait for room";
+  rig.copier().complete(CopyDirection::kToHost);
+  if (evicted.wait_for(5s) != std::future_status::ready) {
+    rig.copier().complete_all();  // frees the operator thread, so that the test fails instead of hanging
+    evicted.get();
+    FAIL() << "the eviction waited for the older copy in";
+  }
+  evicted.get();
+  EXPECT_EQ(ex.location(3), Location::kHost);
+  EXPECT_FALSE(rig.memory().intact(1)) << "tensor 1's copy in was meant to stay held";
+  const StepStats stats = ex.end_step();
+  EXPECT_GT(stats.stall_by_cause_s[static_cast<std::size_t>(StallCause::kTierRoom)], 0.0);
+  EXPECT_EQ(stats.evictions, 1u);
+  EXPECT_EQ(stats.cancelled_offloads, 1u);
+
+  expect_tensors_back_intact(rig);
+}
+
+// A planned prefetch needing an eviction that finds the tiers full waits for room too: skipping
+// it would leave its use a demand fetch, which needs the same room. (On W3, session 15, the one
+// wait for tier room came on such a prefetch, of a 2 GB weight.)
+TEST(ExecutorDeviceWait, APlannedPrefetchFindingTheTiersFullWaitsForRoom) {
+  constexpr std::uint64_t kSlot = 28 * kKiB;
+  DeviceRig rig(3 * kBytes, 2 * kSlot);
+  Executor& ex = rig.executor();
+  for (TensorId id : {1, 2, 3}) rig.add(id, kBytes);
+  ex.set_plan(
+      plan_of({offload(1, kBytes, plan::Tier::kHost, 1), offload(2, kBytes, plan::Tier::kHost, 1),
+               prefetch(1, kBytes, plan::Tier::kHost, 2, 3), prefetch(2, kBytes, plan::Tier::kHost, 2, 4)}));
+  run_until_offloads_done(ex);
+  ASSERT_EQ(rig.host_used(), 2 * kSlot);
+
+  rig.add(4, kBytes);  // 3 and 4 resident: tensor 1 fits the budget of 3, tensor 2 does not
+  rig.copier().hold(true);
+  // Tensor 2's prefetch needs tensor 3 or 4 out, and no tier has room until tensor 1's copy in
+  // (held) is done.
+  std::future<void> issued = std::async(std::launch::async, [&] { ex.before_op(2, {}); });
+  ASSERT_EQ(issued.wait_for(200ms), std::future_status::timeout) << "the prefetch did not wait for room";
+  rig.copier().complete(CopyDirection::kToDevice);
+  issued.get();
+  EXPECT_EQ(ex.location(1), Location::kDevice);
+  EXPECT_EQ(ex.location(2), Location::kFetching);
+  EXPECT_EQ(ex.location(3), Location::kHost);  // least recently used: 4 was added after it
+  EXPECT_LE(ex.resident_bytes(), ex.budget());
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.planned_prefetches, 2u);
+  EXPECT_EQ(stats.skipped, 0u);
+  EXPECT_GT(stats.stall_by_cause_s[static_cast<std::size_t>(StallCause::kTierRoom)], 0.0);
+
+  expect_tensors_back_intact(rig);
 }
 
 TEST(ExecutorDeviceWait, OffloadTakenBackIsResidentAtOnceAndItsExtentGoesBackLater) {
