@@ -113,7 +113,7 @@ STEP_FIELDS = ("phase", "mode", "stall_s", "bytes_to_host", "bytes_from_host", "
                "demand_fetches", "evictions", "peak_resident")
 # Reported by newer native builds only (device-side waits): recorded when present.
 OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "allocation_retries", "stall_by_cause_s", "callback_s",
-                        "dropped", "bytes_dropped", "copies_given_up")
+                        "dropped", "bytes_dropped", "copies_given_up", "retimed")
 PLAN_PREDICTIONS = ("predicted_step_s", "predicted_stall_s", "bound_step_s", "profiled_step_s")
 
 
@@ -167,6 +167,10 @@ def parse_args(argv):
                    help="TeraIO modes: Session(keep_copies=...): a tensor only read since it came back (a weight "
                         "between micro-batches) keeps its tier copy, and moving it out again drops its device memory "
                         "instead of copying it (default off)")
+    p.add_argument("--retime", type=int, default=0, metavar="N",
+                   help="TeraIO modes: Session(retime_steps=N): the first N planned steps after each profile time "
+                        "their operators again and the session plans anew on those times (default %(default)s); "
+                        "these steps count as warm-up")
     p.add_argument("--gpu-profile", action="store_true",
                    help="after the measured steps, run one more step under torch.profiler (CUDA) and report "
                         "where its GPU time went (bench/gpu_profile.py): kernels, idle time with and without "
@@ -197,9 +201,9 @@ def parse_args(argv):
     if unknown:
         p.error(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(MODES)}")
     if args.steps < 1 or args.warmup < 0 or args.profile_steps < 1 or args.recompute_trials < 1 \
-            or args.recompute_measure < 0:
+            or args.recompute_measure < 0 or args.retime < 0:
         p.error("--steps, --profile-steps and --recompute-trials must be at least 1, "
-                "--warmup and --recompute-measure at least 0")
+                "--warmup, --recompute-measure and --retime at least 0")
     try:
         for name in ("budget", "reserve", "teraio_budget", "host_budget", "mixed_host_budget", "ssd_capacity"):
             if getattr(args, name) is not None:
@@ -468,7 +472,7 @@ def open_session(args, mode, device):
                           ssd_capacity=args.ssd_capacity, warmup_steps=1, profile_steps=args.profile_steps,
                           device=device, record_releases=args.release_tracking == "on",
                           copy_order=args.copy_order, recast_weights=args.recast_weights == "on",
-                          keep_copies=args.keep_copies == "on")
+                          keep_copies=args.keep_copies == "on", retime_steps=args.retime)
 
 
 def configure_numerics(args, workload):
@@ -532,7 +536,7 @@ def train(args, workload, mode, device, result, stem):
     elif mode == "sac":
         enable_selective_checkpointing(lm)
     teraio_mode = mode.startswith("teraio")
-    warmup = 1 + args.profile_steps if teraio_mode else args.warmup
+    warmup = 1 + args.profile_steps + args.retime if teraio_mode else args.warmup
     batches = batch_stream(lm, workload)
     with contextlib.ExitStack() as stack:
         if mode == "fsdp2-offload":
@@ -562,7 +566,8 @@ def train(args, workload, mode, device, result, stem):
                 native = natives.get(record["step"], {})
                 record["time_s"] = native.get("time_s")
                 record.update(session_fields(native))
-            warmup = 0
+            # A count profiled again at the end of the search still has its plan to time.
+            warmup = session.retime_steps_left
         tuned = len(result["steps"])
         saved = False
         for i in range(warmup + args.steps):
@@ -970,6 +975,13 @@ def table_notes(table):
     for name, entry in table["modes"].items():
         if held_up := host_watch.describe(entry.get("summary", {})):
             notes.append(f"- {name}: {held_up}")
+    for name, entry in table["modes"].items():
+        plan = (entry.get("teraio") or {}).get("plan") or {}
+        if plan.get("retimed_steps"):
+            notes.append(f"- {name}: planned again on the operator times of {plan['retimed_steps']} planned step(s): "
+                         f"operators {plan['profiled_step_s_before_retime']:.3f} s -> {plan['profiled_step_s']:.3f} s, "
+                         f"predicted step {plan['predicted_step_s_before_retime']:.3f} s -> "
+                         f"{plan['predicted_step_s']:.3f} s")
     for name, entry in table["modes"].items():
         if (callbacks := entry.get("summary", {}).get("callback_s")) is not None:
             notes.append(f"- {name}: TeraIO's operator callbacks took {callbacks:.3f} s of host time per measured "

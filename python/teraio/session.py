@@ -134,6 +134,13 @@ class Report(dict):
                 f" ({fb(plan.get('bytes_dropped', 0))} more dropped, their tier copies kept),"
                 f" planned in {plan['planning_s']:.2f} s"
             )
+            if plan.get("retimed_steps"):
+                lines.append(
+                    f"  retimed from {plan['retimed_steps']} planned step(s): operators"
+                    f" {plan['profiled_step_s_before_retime']:.3f} s -> {plan['profiled_step_s']:.3f} s,"
+                    f" predicted step {plan['predicted_step_s_before_retime']:.3f} s ->"
+                    f" {plan['predicted_step_s']:.3f} s"
+                )
         lines.append(f"  hardware: {plan.get('hardware', '')}")
         lines.append("  step  phase     mode      time(s)  stall(s)  out        in         demand  evict  peak")
         for s in self["steps"]:
@@ -172,6 +179,7 @@ class Session:
         copy_order="deadline",
         recast_weights=False,
         keep_copies=False,
+        retime_steps=0,
     ):
         if isinstance(ssd, (str, os.PathLike)):
             ssd = [ssd]
@@ -189,6 +197,7 @@ class Session:
             "ssd_capacity": _size(ssd_capacity, "ssd_capacity") if ssd else 0,
             "warmup_steps": int(warmup_steps),
             "profile_steps": int(profile_steps),
+            "retime_steps": int(retime_steps),
             "min_tensor_bytes": _size(min_tensor_bytes, "min_tensor_bytes"),
             "rank": int(rank),
             "fault_injection": bool(_fault_injection),
@@ -213,6 +222,11 @@ class Session:
     @property
     def device(self):
         return self._native.device
+
+    @property
+    def retime_steps_left(self):
+        """Planned steps still to time their operators before the session plans again."""
+        return self._native.retime_steps_left
 
     @contextlib.contextmanager
     def step(self):

@@ -52,6 +52,7 @@ py::dict step_dict(const StepRecord& r) {
   d["diverged"] = r.diverged;
   d["plan_error"] = r.plan_error;
   d["planned_now"] = r.planned_now;
+  d["retimed"] = r.retimed;
   return d;
 }
 
@@ -130,6 +131,7 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   c.ssd_capacity = get("ssd_capacity", std::uint64_t{0});
   c.warmup_steps = get("warmup_steps", 1);
   c.profile_steps = get("profile_steps", 2);
+  c.retime_steps = get("retime_steps", 0);
   c.rank = get("rank", 0);
   c.min_tensor_bytes = get("min_tensor_bytes", std::uint64_t{4096});
   c.d2h_bandwidth = get("d2h", 0.0);
@@ -211,6 +213,8 @@ void bind_session(py::module_& m) {
       .def_property_readonly(
           "phase", [](const NativeSession& s) { return std::string(to_string(s.session->phase())); })
       .def_property_readonly("device", [](const NativeSession& s) { return s.session->device_name(); })
+      .def_property_readonly("retime_steps_left",
+                             [](const NativeSession& s) { return s.session->retime_steps_left(); })
       .def("steps",
            [](const NativeSession& s) {
              py::list out;
@@ -259,6 +263,11 @@ void bind_session(py::module_& m) {
                d["predicted_stall_s"] = p->stall_s;
                d["bound_step_s"] = p->bound_step_s;
                d["bound_reason"] = p->bound_reason;
+             }
+             if (const auto& r = s.session->retiming()) {
+               d["retimed_steps"] = r->steps;
+               d["profiled_step_s_before_retime"] = r->profiled_step_s;
+               d["predicted_step_s_before_retime"] = r->predicted_step_s;
              }
              const auto& trace = s.session->trace();
              std::uint64_t footprint = 0;

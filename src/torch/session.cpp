@@ -63,6 +63,10 @@ Session::Session(SessionConfig config)
     throw Error(ErrorKind::kInvalidArgument, cat("warmup_steps must be >= 0 and profile_steps >= 1 (got ",
                                                  config_.warmup_steps, " and ", config_.profile_steps, ")"));
   }
+  if (config_.retime_steps < 0) {
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("retime_steps must be >= 0 (got ", config_.retime_steps, ")"));
+  }
   if (!config_.ssd_paths.empty() && config_.ssd_capacity == 0) {
     throw Error(ErrorKind::kInvalidArgument, "ssd paths given but ssd_capacity is 0");
   }
@@ -175,6 +179,8 @@ void Session::begin_step() {
     releases_.clear();
     timer_->reset();
   }
+  timing_planned_step_ = phase_ == SessionPhase::kPlanned && retime_left_ > 0 && observing_;
+  if (timing_planned_step_) timer_->reset();
   if (observing_) {
     executor_->set_mode(step_mode());
     executor_->begin_step();
@@ -225,6 +231,24 @@ StepRecord Session::end_step() {
   } else {
     divergent_steps_ = 0;
   }
+  // Planning after a completed step: a failure is recorded with the step, then raised.
+  const auto plan_now = [&](auto&& plan) {
+    try {
+      plan();
+    } catch (const std::exception& error) {
+      record.plan_error = error.what();
+      steps_.push_back(record);
+      throw;
+    }
+    record.planned_now = true;
+  };
+  if (std::exchange(timing_planned_step_, false)) {
+    --retime_left_;
+    if (!diverged_ && !pending_error_ && phase_ == SessionPhase::kPlanned) {
+      plan_now([&] { retime(); });
+      record.retimed = true;
+    }
+  }
   if (phase_ == SessionPhase::kProfile && !pending_error_) {
     const std::uint64_t step = record.step;
     // Freed by now or still held (a tensor kept across steps, freed in the next): to the end.
@@ -245,14 +269,9 @@ StepRecord Session::end_step() {
         phase_ = SessionPhase::kProfile;
         phase_steps_left_ = config_.profile_steps;
       } else if (!pending_error_) {
-        try {
-          make_plan();
-        } catch (const std::exception& error) {
-          record.plan_error = error.what();
-          steps_.push_back(record);
-          throw;
-        }
-        record.planned_now = true;
+        plan_now([&] { make_plan(); });
+        retiming_.reset();
+        retime_left_ = phase_ == SessionPhase::kPlanned ? config_.retime_steps : 0;
       }
     }
   }
@@ -295,6 +314,8 @@ void Session::reprofile() {
   // The old plan names the old step's operators: it is dropped, not left to be reported.
   plan_.reset();
   prediction_.reset();
+  retiming_.reset();
+  retime_left_ = 0;
   trace_.reset();
   divergent_steps_ = 0;
 }
@@ -340,8 +361,8 @@ void Session::make_plan() {
     go_passive();
     return;
   }
-  if (!plan_->diagnosis.feasible) {
-    // Said once, when planning: every later step runs this plan and its waits.
+  if (!plan_->diagnosis.feasible && !retiming_) {
+    // Said once, when planning from a profile: every later step runs this plan and its waits.
     log::warn(cat("TeraIO: no plan fits the budget ", format_bytes(config_.gpu_budget), " without stalls",
                   plan_->plan.feasible ? "; the plan's planned waits keep it within the budget"
                                        : "; reactive eviction covers what the plan leaves over it",
@@ -349,6 +370,21 @@ void Session::make_plan() {
   }
   set_migrations(plan_->plan.migrations);
   phase_ = SessionPhase::kPlanned;
+}
+
+void Session::retime() {
+  // Timed after the operators' device waits and host-side fetches, like the profile: what is
+  // left is the operators' own time in a step the host runs ahead of, as it does once planned.
+  const std::vector<double> durations = timer_->durations(trace_->ops.size());
+  if (!retiming_) {
+    retiming_ =
+        Retiming{0, prediction_ ? prediction_->profiled_step_s : 0, prediction_ ? prediction_->step_s : 0};
+  }
+  ++retiming_->steps;
+  for (std::size_t k = 0; k < durations.size(); ++k) {
+    if (durations[k] > 0) trace_->ops[k].duration_s = durations[k];  // 0: not timed (a failed operator)
+  }
+  make_plan();
 }
 
 void Session::predict() {

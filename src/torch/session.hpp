@@ -44,6 +44,11 @@ struct SessionConfig {
   std::uint64_t ssd_capacity = 0;      // per path
   int warmup_steps = 1;
   int profile_steps = 2;
+  // Planned steps after each plan from a profile that time every operator again and plan anew
+  // with those times. The profile step runs host-bound under the observer, so its operator
+  // times overstate what a planned step's kernels take (7-17% on the H100, bench/RESULTS.md);
+  // a plan made on them issues its prefetches too late for the faster real step. 0: never.
+  int retime_steps = 0;
   int rank = 0;
   std::uint64_t min_tensor_bytes = 4096;  // smaller storages are not worth an I/O request
   // Bandwidths in bytes/s for the planner; 0: measured by a probe of the tiers at start-up.
@@ -90,6 +95,13 @@ struct PlanPrediction {
   std::string bound_reason;
 };
 
+// The operator times a planned step measured replaced the profile's (SessionConfig::retime_steps).
+struct Retiming {
+  int steps = 0;                // planned steps timed since the last profile
+  double profiled_step_s = 0;   // the operator times summed, as profiled
+  double predicted_step_s = 0;  // the plan made on them, simulated
+};
+
 struct StepRecord {
   std::uint64_t step = 0;
   SessionPhase phase = SessionPhase::kWarmup;
@@ -105,6 +117,7 @@ struct StepRecord {
   std::size_t ops = 0;
   bool diverged = false;
   bool planned_now = false;  // the plan was made at the end of this step
+  bool retimed = false;      // ... from the operator times this planned step measured
   // Why planning at the end of this step failed (the step itself completed; end_step raised
   // the error): a caller trying steps on purpose, as recompute.tune() does, can go on.
   std::string plan_error;
@@ -149,6 +162,10 @@ class Session {
   const std::optional<trace::Trace>& trace() const { return trace_; }
   const std::optional<plan::PlanResult>& plan() const { return plan_; }
   const std::optional<PlanPrediction>& prediction() const { return prediction_; }
+  // Set once a planned step's operator times replaced the profile's.
+  const std::optional<Retiming>& retiming() const { return retiming_; }
+  // Planned steps still to be timed before planning again (SessionConfig::retime_steps).
+  int retime_steps_left() const { return retime_left_; }
   // Replaces the plan's migrations (plan_filter); they must name tensors of the trace.
   void set_migrations(std::vector<plan::Migration> migrations);
   const plan::Hardware& hardware() const { return hardware_; }
@@ -207,6 +224,8 @@ class Session {
   std::uint64_t expected_births(OpIndex k) const;
   std::vector<TensorId> tracked_ids(const std::vector<at::Tensor>& tensors);
   void make_plan();
+  // Plans again on the operator times the planned step just measured.
+  void retime();
   void predict();
   void bring_everything_back();
   void go_passive();
@@ -233,6 +252,11 @@ class Session {
   std::optional<trace::Trace> trace_;
   std::optional<plan::PlanResult> plan_;
   std::optional<PlanPrediction> prediction_;
+  std::optional<Retiming> retiming_;
+  int retime_left_ = 0;
+  // This planned step times its operators for retime(). Read by callbacks without the lock,
+  // like phase_: both change only between steps.
+  bool timing_planned_step_ = false;
   std::vector<std::string> plan_op_names_;
   std::unordered_map<TensorId, std::uint64_t> plan_bytes_;  // profiled size of each tensor
   // Bytes of storages each operator created in the previous step and in this one: the room

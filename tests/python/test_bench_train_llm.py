@@ -27,7 +27,7 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
     # About a third of the tiny model's footprint: TeraIO must move tensors to the SSD tier.
     done = run_bench("--workload", "tiny", "--modes", ",".join(MODES), "--steps", "2", "--teraio-budget", "1MiB",
                      "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--out", str(out), "--plot",
-                     "--recompute-tier", "ssd", "--recompute-counts", "2,0", "--recast-weights", "on")
+                     "--recompute-tier", "ssd", "--recompute-counts", "2,0", "--recast-weights", "on", "--retime", "1")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     table = json.loads((out / "tiny-nocap.json").read_text())
     markdown = (out / "tiny-nocap.md").read_text()
@@ -39,8 +39,15 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
     for mode in MODES[1:]:
         assert table["modes"][mode]["summary"]["exact"] is True, mode
     teraio_steps = table["modes"]["teraio-ssd"]["steps"]
-    assert [s["loss_hex"] for s in teraio_steps] == [s["loss_hex"] for s in table["modes"]["ideal"]["steps"]]
+    ideal_losses = [s["loss_hex"] for s in table["modes"]["ideal"]["steps"]]
+    assert len(teraio_steps) == len(ideal_losses) + 1  # the step that retimed warms up in addition
+    assert [s["loss_hex"] for s in teraio_steps][:len(ideal_losses)] == ideal_losses
     assert any(s["measured"] and s["bytes_to_ssd"] > 0 for s in teraio_steps)
+    # --retime 1: the first planned step timed its operators and the session planned again;
+    # that step is a warm-up one, and the notes say what the new times changed.
+    assert [s["retimed"] for s in teraio_steps if s["phase"] == "planned"][0] is True
+    assert not any(s["retimed"] for s in teraio_steps if s["measured"])
+    assert "- teraio-ssd: planned again on the operator times of 1 planned step(s)" in markdown
     assert pathlib.Path(table["modes"]["teraio-ssd"]["teraio"]["timeline"]).is_file()
     # teraio-recompute tried both counts in training steps that stay exact, and says what it chose.
     recompute = table["modes"]["teraio-recompute"]["recompute"]

@@ -135,6 +135,8 @@ def test_bad_arguments_are_refused(tmp_path):
         teraio.Session(gpu_budget="lots", device="cpu")
     with pytest.raises(teraio.Error):
         teraio.Session(device="cpu", profile_steps=0)
+    with pytest.raises(teraio.Error, match="retime_steps must be >= 0"):
+        teraio.Session(device="cpu", retime_steps=-1)
     with pytest.raises(teraio.Error):
         teraio.Session(device="cpu", ssd=[tmp_path / "does-not-exist"], ssd_capacity="1MiB")
     session = teraio.Session(device="cpu")

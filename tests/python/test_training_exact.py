@@ -262,6 +262,28 @@ def test_wrong_plan_fetches_on_demand_and_stays_exact(device, swap_dir):
         f"{[s['demand_fetches'] for s in right]} with")
 
 
+def test_retimed_plans_stay_exact(device, swap_dir):
+    # retime_steps=2: the first two planned steps time their operators, and the session plans
+    # again on those times after each; the plan filter sees every new plan.
+    filtered = []
+
+    def count_plans(migrations: list[dict]) -> list[dict]:
+        filtered.append(len(migrations))
+        return migrations
+
+    run = check_case(gpt, adamw, device, swap_dir, retime_steps=2, plan_filter=count_plans)
+    planned = planned_steps(run)
+    assert [s["retimed"] for s in planned] == [True, True] + [False] * (len(planned) - 2)
+    assert [s["planned_now"] for s in planned] == [True, True] + [False] * (len(planned) - 2)
+    assert len(filtered) == 3, filtered  # the profile's plan and two retimed ones
+    plan = run.report["plan"]
+    assert plan["retimed_steps"] == 2
+    assert plan["profiled_step_s"] != plan["profiled_step_s_before_retime"], plan
+    # Without retime_steps nothing is timed again.
+    untimed = planned_steps(check_case(gpt, adamw, device, swap_dir))
+    assert not any(s["retimed"] for s in untimed)
+
+
 def test_budget_holds(device, swap_dir):
     kwargs = budget_kwargs(gpt, adamw, device, swap_dir)
     run = train(gpt, adamw, STEPS, device, session_kwargs=kwargs)
