@@ -223,6 +223,8 @@ StepRecord Session::end_step() {
       log::warn("TeraIO: two steps in a row diverged from the profile; profiling again");
       phase_ = SessionPhase::kProfile;
       phase_steps_left_ = config_.profile_steps;
+      retiming_.reset();
+      retime_left_ = 0;
       divergent_steps_ = 0;
       steps_.push_back(record);
       if (pending_error_) std::rethrow_exception(std::exchange(pending_error_, nullptr));
@@ -243,6 +245,7 @@ StepRecord Session::end_step() {
     record.planned_now = true;
   };
   if (std::exchange(timing_planned_step_, false)) {
+    // Used up by a divergent step too: callers count the steps that retime as warm-up.
     --retime_left_;
     if (!diverged_ && !pending_error_ && phase_ == SessionPhase::kPlanned) {
       plan_now([&] { retime(); });
@@ -269,8 +272,8 @@ StepRecord Session::end_step() {
         phase_ = SessionPhase::kProfile;
         phase_steps_left_ = config_.profile_steps;
       } else if (!pending_error_) {
+        retiming_.reset();  // a plan from a new profile, on the profile's times
         plan_now([&] { make_plan(); });
-        retiming_.reset();
         retime_left_ = phase_ == SessionPhase::kPlanned ? config_.retime_steps : 0;
       }
     }

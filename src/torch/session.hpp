@@ -254,8 +254,7 @@ class Session {
   std::optional<PlanPrediction> prediction_;
   std::optional<Retiming> retiming_;
   int retime_left_ = 0;
-  // This planned step times its operators for retime(). Read by callbacks without the lock,
-  // like phase_: both change only between steps.
+  // This planned step times its operators for retime(). Set between steps, like phase_.
   bool timing_planned_step_ = false;
   std::vector<std::string> plan_op_names_;
   std::unordered_map<TensorId, std::uint64_t> plan_bytes_;  // profiled size of each tensor

@@ -47,6 +47,7 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
     # that step is a warm-up one, and the notes say what the new times changed.
     assert [s["retimed"] for s in teraio_steps if s["phase"] == "planned"][0] is True
     assert not any(s["retimed"] for s in teraio_steps if s["measured"])
+    assert not any(s.get("retimed") for s in table["modes"]["teraio-recompute"]["steps"] if s["measured"])
     assert "- teraio-ssd: planned again on the operator times of 1 planned step(s)" in markdown
     assert pathlib.Path(table["modes"]["teraio-ssd"]["teraio"]["timeline"]).is_file()
     # teraio-recompute tried both counts in training steps that stay exact, and says what it chose.
