@@ -199,19 +199,17 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
         finally:
             state["steps"] += completed
 
-    def run_steps_until_profiled_and_planned():
-        for _ in range(64):
-            run_step()
-            if session.last_step["planned_now"]:
-                return
-        raise _error("tune: the session did not plan within 64 steps", "internal error")
-
     def run_steps_until_planned(retime=True):
         # A warm-up step (after the passive phase), the profile steps, then the plan; then the
         # steps that time their operators for a new plan (Session(retime_steps=N)), which run
         # the profile's plan with timing on: untimed, so that every count is timed on the plan
         # its later steps run (and the chosen one's steps after tune() are all on it).
-        run_steps_until_profiled_and_planned()
+        for _ in range(64):
+            run_step()
+            if session.last_step["planned_now"]:
+                break
+        else:
+            raise _error("tune: the session did not plan within 64 steps", "internal error")
         for _ in range(getattr(session, "retime_steps_left", 0) if retime else 0):
             run_step()
 

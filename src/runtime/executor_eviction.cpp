@@ -88,20 +88,17 @@ bool Executor::State::wait_for_tier_room(OpIndex op) {
   if (sources.empty()) return false;
   // Copies finish by urgency, not in the order issued (CUDA's copy lanes), so the wait is for
   // whichever is done first: each round blocks briefly on one source, then looks at all.
-  const double start = now_s();
-  const Source* done = nullptr;
-  for (std::size_t round = 0; done == nullptr; ++round) {
-    for (const Source& source : sources) {
-      if (source.transfer.ready()) {
-        done = &source;
-        break;
-      }
-    }
-    if (done != nullptr) {
-      if (round > 0) record_stall(op, start, now_s(), StallCause::kTierRoom);
-    } else {
+  const auto first_done = [&] {
+    auto found = std::find_if(sources.begin(), sources.end(), [](Source& s) { return s.transfer.ready(); });
+    return found == sources.end() ? nullptr : &*found;
+  };
+  const Source* done = first_done();
+  if (done == nullptr) {
+    const double start = now_s();
+    for (std::size_t round = 0; (done = first_done()) == nullptr; ++round) {
       sources[round % sources.size()].transfer.wait_for(std::chrono::microseconds(200));
     }
+    record_stall(op, start, now_s(), StallCause::kTierRoom);
   }
   if (done->settled) {
     if (std::exception_ptr failure = retire_settled(*done->settled, std::nullopt, op)) {

@@ -177,10 +177,9 @@ void Session::begin_step() {
   if (phase_ == SessionPhase::kProfile) {
     recorder_.begin(config_.keep_copies);
     releases_.clear();
-    timer_->reset();
   }
   timing_planned_step_ = phase_ == SessionPhase::kPlanned && retime_left_ > 0 && observing_;
-  if (timing_planned_step_) timer_->reset();
+  if (phase_ == SessionPhase::kProfile || timing_planned_step_) timer_->reset();
   if (observing_) {
     executor_->set_mode(step_mode());
     executor_->begin_step();
