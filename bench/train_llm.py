@@ -95,6 +95,8 @@ MODES = {
     "teraio-mixed": "TeraIO, host tier capped (--mixed-host-budget) and SSD tier",
     "teraio-recompute": "TeraIO (tiers of --recompute-tier, default host) recomputing the last decoder layers, "
                         "how many chosen by teraio.recompute.tune (--recompute-counts)",
+    "recast": "teraio.recast alone, no session: weight copies and cheap activations (teraio.remake) made again "
+              "in the backward pass instead of kept, nothing offloaded",
     "ckpt": "activation checkpointing of every decoder layer (use_reentrant=False)",
     "sac": "selective activation checkpointing of every decoder layer: torch.utils.checkpoint's selective "
            "checkpointing keeping matrix products and attention, recomputing the rest (PyTorch >= 2.4)",
@@ -102,7 +104,7 @@ MODES = {
     "fsdp2-offload": "FSDP2 fully_shard with CPUOffloadPolicy(pin_memory=True), one process",
 }
 # Modes that keep every model state (parameters, gradients, two AdamW states) on the GPU.
-STATES_ON_GPU = ("ideal", "ckpt", "sac", "save_on_cpu")
+STATES_ON_GPU = ("ideal", "recast", "ckpt", "sac", "save_on_cpu")
 # Outputs the sac mode keeps (matrix products and attention kernels); it recomputes the rest.
 SAC_SAVED = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_scaled_dot_product_flash_attention",
              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
@@ -163,6 +165,10 @@ def parse_args(argv):
     p.add_argument("--recast-weights", choices=("on", "off"), default="on",
                    help="TeraIO modes: Session(recast_weights=...): make autocast's bf16 copies of the weights again "
                         "in the backward pass instead of keeping them from the forward (teraio.recast; default on)")
+    p.add_argument("--recast-activations", choices=("on", "off"), default="on",
+                   help="TeraIO modes: Session(recast_activations=...): keep cheap activations (silu, products of "
+                        "two activations) as recipes made again in backward, and one of equal dtype copies "
+                        "(teraio.remake; default on)")
     p.add_argument("--keep-copies", choices=("on", "off"), default="off",
                    help="TeraIO modes: Session(keep_copies=...): a tensor only read since it came back (a weight "
                         "between micro-batches) keeps its tier copy, and moving it out again drops its device memory "
@@ -472,7 +478,7 @@ def open_session(args, mode, device):
                           ssd_capacity=args.ssd_capacity, warmup_steps=1, profile_steps=args.profile_steps,
                           device=device, record_releases=args.release_tracking == "on",
                           copy_order=args.copy_order, recast_weights=args.recast_weights == "on",
-                          keep_copies=args.keep_copies == "on", retime_steps=args.retime)
+                          recast_activations=args.recast_activations == "on", keep_copies=args.keep_copies == "on", retime_steps=args.retime)
 
 
 def configure_numerics(args, workload):
@@ -496,12 +502,18 @@ def apply_cap(args, device, result):
     result["cap"] = f"{fmt_size(parse_size(args.budget))} ({fraction:.4f} of {fmt_size(total)})"
 
 
-def train_step(lm, optimizer, micro_batches, workload, device, mode):
+def train_step(lm, optimizer, micro_batches, workload, device, mode, recasts=None):
     """Forward and backward of every micro-batch (gradients accumulated), then the optimizer step."""
     losses = []
     for batch in micro_batches:
-        saving = (torch.autograd.graph.save_on_cpu(pin_memory=device.type == "cuda") if mode == "save_on_cpu"
-                  else contextlib.nullcontext())
+        if mode == "save_on_cpu":
+            saving = torch.autograd.graph.save_on_cpu(pin_memory=device.type == "cuda")
+        elif mode == "recast":
+            from teraio import recast
+
+            saving = recast.saved_tensors(recasts, weights=True, activations=True)
+        else:
+            saving = contextlib.nullcontext()
         with saving:
             with _autocast(workload, device):
                 loss = lm.loss(batch, device)
@@ -544,11 +556,16 @@ def train(args, workload, mode, device, result, stem):
             shard_with_cpu_offload(lm)
         optimizer = make_optimizer(lm.module)
         session = open_session(args, mode, device) if teraio_mode else None
+        recasts = None
+        if mode == "recast":
+            from teraio import recast
+
+            recasts = recast.Recasts()
         watch = host_watch.HostWatch(device)
         stack.callback(watch.close)
 
         def one_step(measured):
-            loss = train_step(lm, optimizer, next(batches), workload, device, mode)
+            loss = train_step(lm, optimizer, next(batches), workload, device, mode, recasts)
             record = {"step": len(result["steps"]), "measured": measured, "time_s": None}
             result["steps"].append(record)
             return record, loss
@@ -593,6 +610,9 @@ def train(args, workload, mode, device, result, stem):
             print(f"[{mode}] gpu profile: {gpu_profile.describe(result['gpu_profile'])}", flush=True)
             for line in gpu_profile.late_scopes(result["gpu_profile"]):
                 print(f"[{mode}] {line}", flush=True)
+        if recasts is not None:
+            result["recast"] = recasts.describe()
+            print(f"[{mode}] teraio.recast: {result['recast']}", flush=True)
         if session is not None:
             if args.save_trace and not saved:  # planned before this loop (the tuner's session)
                 save_trace_and_plan(session, f"{stem}-{mode}")

@@ -4,7 +4,8 @@
 memory or SSDs and when, and carries the plan out on every later step; `teraio.safetensors`
 loads and saves checkpoints through the same storage engine; `teraio.recompute` chooses how
 many layers to recompute (activation checkpointing) beside offloading; `teraio.recast` makes
-the bf16 copies autocast takes of each weight again in the backward pass instead of keeping them.
+the bf16 copies autocast takes of each weight again in the backward pass instead of keeping them,
+and with `teraio.remake` the activations that one elementwise operator makes from kept tensors.
 """
 import torch  # noqa: F401  (loads libtorch before the native module that links against it)
 

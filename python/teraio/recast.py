@@ -22,6 +22,10 @@ would make the copy differ: its version counter catches that, and a swapped `.da
 shape or stride, and both are raised; a swapped `.data` of the same layout is not detectable.
 Every other saved tensor is kept detached with its version, so that autograd's own check for
 in-place changes, which a saved-tensor hook turns off, still raises.
+
+`saved_tensors(weights=..., activations=...)` chooses the kinds of recipe: with `activations`, the
+same hook also asks `teraio.remake` about every other saved tensor (only one saved-tensor hook is
+in force at a time, so both live in this one).
 """
 from __future__ import annotations
 
@@ -31,6 +35,8 @@ import warnings
 
 import torch
 
+from . import remake
+
 
 @dataclasses.dataclass
 class Recasts:
@@ -39,11 +45,23 @@ class Recasts:
     kept_as_recipe: int = 0
     bytes_not_kept: int = 0   # the copies' bytes (each counted once per saving)
     recast: int = 0           # casts the backward pass ran
+    # With activations=True (teraio.remake):
+    activations: bool = False
+    remade: int = 0           # activations kept as recipes
+    remade_bytes: int = 0
+    made_again: int = 0       # recipes the backward pass ran
+    shared: int = 0           # dtype copies served by an equal one kept before
+    shared_bytes: int = 0
 
     def describe(self) -> str:
         from . import _native
-        return (f"{self.kept_as_recipe} weight copies ({_native.format_bytes(self.bytes_not_kept)}) kept as recipes, "
+        text = (f"{self.kept_as_recipe} weight copies ({_native.format_bytes(self.bytes_not_kept)}) kept as recipes, "
                 f"{self.recast} cast again in backward")
+        if self.activations:
+            text += (f"; {self.remade} activations ({_native.format_bytes(self.remade_bytes)}) kept as recipes, "
+                     f"{self.made_again} made again in backward; {self.shared} dtype copies "
+                     f"({_native.format_bytes(self.shared_bytes)}) served by an equal one")
+        return text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,17 +105,38 @@ def _copied_parameter(tensor):
     return parameter, base
 
 
+def weights(counts: Recasts | None = None, activations: bool = False):
+    """Within it, the forward pass keeps no cast copy of a weight for the backward pass, and with
+    `activations`, no activation `teraio.remake` can make again; see the modules' texts. Enter it
+    around the forward pass (inside or outside `torch.autocast`); the backward pass may run after
+    it has been left. Yields the `Recasts` counts (or `counts`)."""
+    return saved_tensors(counts, weights=True, activations=activations)
+
+
 @contextlib.contextmanager
-def weights(counts: Recasts | None = None):
-    """Within it, the forward pass keeps no cast copy of a weight for the backward pass; see the
-    module's text. Enter it around the forward pass (inside or outside `torch.autocast`); the
-    backward pass may run after it has been left. Yields the `Recasts` counts (or `counts`)."""
+def saved_tensors(counts: Recasts | None = None, weights: bool = True, activations: bool = False):
+    """`weights()` with each kind of recipe chosen: weight copies (`weights`), activations
+    (`activations`, teraio.remake)."""
     counts = counts if counts is not None else Recasts()
+    counts.activations = counts.activations or activations
+    registry = remake.Registry() if activations else None
 
     def pack(tensor):
-        parameter, base = _copied_parameter(tensor)
+        parameter, base = _copied_parameter(tensor) if weights else (None, None)
         if parameter is None:
-            return _Kept(tensor.detach(), tensor._version)
+            if registry is None:
+                return _keep(tensor)
+            packed, kind = remake.recipe_for(tensor, registry, _keep)
+            if kind is not None:
+                base = tensor._base if tensor._is_view() else tensor
+                size = base.numel() * base.element_size()
+                if kind == "remade":
+                    counts.remade += 1
+                    counts.remade_bytes += size
+                else:
+                    counts.shared += 1
+                    counts.shared_bytes += size
+            return packed
         _warn_if_cached()
         counts.kept_as_recipe += 1
         counts.bytes_not_kept += base.numel() * base.element_size()
@@ -108,15 +147,21 @@ def weights(counts: Recasts | None = None):
         tensor = _unpack(packed)
         if isinstance(packed, _Recipe):
             counts.recast += 1
+        elif isinstance(packed, remake.Remade):
+            counts.made_again += 1
         return tensor
 
     previous = torch.is_autocast_cache_enabled()
-    torch.set_autocast_cache_enabled(False)
+    torch.set_autocast_cache_enabled(previous and not weights)
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
             yield counts
     finally:
         torch.set_autocast_cache_enabled(previous)
+
+
+def _keep(tensor):
+    return _Kept(tensor.detach(), tensor._version)
 
 
 def _warn_if_cached():
@@ -139,6 +184,10 @@ def _unpack(packed):
                          f"operation (version {packed.tensor._version}, saved at {packed.version})",
                          "invalid argument")
         return packed.tensor
+    if isinstance(packed, remake.Remade):
+        return packed.make()
+    if isinstance(packed, remake.SharedCopy):
+        return packed.layout.view(_unpack(packed.first.kept))
     parameter = packed.parameter
     if parameter._version != packed.version or (tuple(parameter.shape), parameter.stride()) != packed.parameter_layout:
         from .session import _error

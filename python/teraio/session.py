@@ -178,6 +178,7 @@ class Session:
         record_releases=False,
         copy_order="deadline",
         recast_weights=False,
+        recast_activations=False,
         keep_copies=False,
         retime_steps=0,
     ):
@@ -213,7 +214,8 @@ class Session:
         self._native = _native.Session(config)
         self.last_step = None
         # teraio.recast inside every step: None when off, else the counts so far.
-        self.recasts = recast.Recasts() if recast_weights else None
+        self.recasts = recast.Recasts() if recast_weights or recast_activations else None
+        self._recast_weights, self._recast_activations = bool(recast_weights), bool(recast_activations)
 
     @property
     def phase(self):
@@ -234,7 +236,8 @@ class Session:
         _refuse_what_bypasses_the_observer()
         self._native.begin_step()
         try:
-            with recast.weights(self.recasts) if self.recasts is not None else contextlib.nullcontext():
+            with (recast.saved_tensors(self.recasts, self._recast_weights, self._recast_activations)
+                  if self.recasts is not None else contextlib.nullcontext()):
                 yield self
         except BaseException:
             self._native.abort_step()

@@ -13,7 +13,7 @@ import pytest
 teraio = pytest.importorskip("teraio", reason="needs TeraIO's native module")
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "bench" / "train_llm.py"
-MODES = ["ideal", "teraio-ssd", "teraio-recompute", "ckpt", "save_on_cpu"]
+MODES = ["ideal", "teraio-ssd", "teraio-recompute", "recast", "ckpt", "save_on_cpu"]
 
 
 def run_bench(*args):
@@ -56,8 +56,13 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
     tuned = table["modes"]["teraio-recompute"]["steps"]
     assert sum(not s["measured"] for s in tuned) == recompute["tuning_steps"] and sum(s["measured"] for s in tuned) == 2
     assert f"- teraio-recompute: recompute {recompute['count']} of 2 layers" in markdown
-    # The tiny workload is fp32: recasting is on but has no copies to make again, and says so.
-    assert "- teraio-ssd: teraio.recast: 0 weight copies (0 B) kept as recipes, 0 cast again in backward" in markdown
+    # The tiny workload is fp32: recasting is on but has no weight copies to make again, and says so;
+    # its GELU outputs are made again (teraio.remake, on by default), in the recast mode too.
+    assert "- teraio-ssd: teraio.recast: 0 weight copies (0 B) kept as recipes, 0 cast again in backward; " in markdown
+    for mode in ("teraio-ssd", "recast"):
+        note = next(line for line in markdown.splitlines() if line.startswith(f"- {mode}: teraio.recast:"))
+        remade = int(note.split("; ")[1].split(" activations")[0])
+        assert remade > 0 and "made again in backward" in note, note
     # What held the host up: TeraIO's callbacks in its modes, Python's collector in every mode.
     assert all(s["callback_s"] > 0 for s in teraio_steps if s["measured"])
     assert "- teraio-ssd: TeraIO's operator callbacks took" in markdown

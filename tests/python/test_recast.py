@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import teraio
-from same_training import assert_same_training, footprint, reference
+from same_training import AutocastTrainer, assert_same_training, footprint, graph_nodes, reference
 from teraio import recast
 from teraio.models import GPT, GPTConfig, make_batch
 
@@ -15,29 +15,8 @@ CONFIG = GPTConfig(vocab=64, d_model=64, layers=3, heads=2, seq=16, batch=4, tie
 FAST = {key: 1e12 for key in ("d2h", "h2d", "ssd_read", "ssd_write")}
 
 
-class Trainer:
-    def __init__(self):
-        torch.manual_seed(0)
-        self.model = GPT(CONFIG)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-2, foreach=False)
-        self.generator = torch.Generator().manual_seed(5)
-        self.losses = []
-
-    def step(self, around=None):
-        tokens, targets = make_batch(self.generator, CONFIG.batch, CONFIG.seq, CONFIG.vocab)
-        for _ in range(2):  # two micro-batches: gradients accumulate
-            with around() if around else contextlib.nullcontext():
-                with torch.autocast("cpu", dtype=torch.bfloat16):
-                    loss = self.model(tokens, targets)
-            loss.backward()
-            self.losses.append(loss.detach().clone())
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-
-    def state(self):
-        return ([p.detach().clone() for p in self.model.parameters()],
-                [t.detach().clone() for s in self.optimizer.state.values() for t in s.values()])
-
+def Trainer():
+    return AutocastTrainer(lambda: GPT(CONFIG), lambda g: make_batch(g, CONFIG.batch, CONFIG.seq, CONFIG.vocab))
 
 
 def test_recast_training_is_exact_and_counts_what_it_did():
@@ -56,17 +35,12 @@ def _saved_weights_after_forward(around):
     """For every matrix product in the graph of one forward pass, whether autograd holds its
     weight operand (the same storage each time it is read back) or makes it anew on each read."""
     trainer = Trainer()
-    tokens, targets = make_batch(trainer.generator, CONFIG.batch, CONFIG.seq, CONFIG.vocab)
+    tokens, targets = trainer.draw()
     with around() if around else contextlib.nullcontext():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = trainer.model(tokens, targets)
-    held, made, seen, stack = 0, 0, set(), [loss.grad_fn]
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
-        stack.extend(f for f, _ in fn.next_functions)
+    held, made = 0, 0
+    for fn in graph_nodes(loss.grad_fn):
         if hasattr(fn, "_saved_mat2"):
             first, second = fn._saved_mat2, fn._saved_mat2  # both alive: a fresh copy has its own storage
             if first.dtype == torch.bfloat16 and first.dim() == 2:
@@ -86,7 +60,7 @@ def test_the_weight_copies_are_made_again_not_kept():
 
 def test_a_parameter_changed_before_backward_is_refused():
     trainer = Trainer()
-    tokens, targets = make_batch(trainer.generator, CONFIG.batch, CONFIG.seq, CONFIG.vocab)
+    tokens, targets = trainer.draw()
     with recast.weights():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = trainer.model(tokens, targets)
@@ -100,7 +74,7 @@ def test_a_parameter_changed_before_backward_is_refused():
 def test_fp32_training_keeps_everything_as_it_was():
     counts = recast.Recasts()
     trainer = Trainer()
-    tokens, targets = make_batch(trainer.generator, CONFIG.batch, CONFIG.seq, CONFIG.vocab)
+    tokens, targets = trainer.draw()
     with recast.weights(counts):
         loss = trainer.model(tokens, targets)
     loss.backward()
