@@ -96,7 +96,8 @@ MODES = {
     "teraio-recompute": "TeraIO (tiers of --recompute-tier, default host) recomputing the last decoder layers, "
                         "how many chosen by teraio.recompute.tune (--recompute-counts)",
     "recast": "teraio.recast alone, no session: weight copies and cheap activations (teraio.remake) made again "
-              "in the backward pass instead of kept, nothing offloaded",
+              "in the backward pass instead of kept, as --recast-weights and --recast-activations say; nothing "
+              "offloaded",
     "ckpt": "activation checkpointing of every decoder layer (use_reentrant=False)",
     "sac": "selective activation checkpointing of every decoder layer: torch.utils.checkpoint's selective "
            "checkpointing keeping matrix products and attention, recomputing the rest (PyTorch >= 2.4)",
@@ -163,12 +164,13 @@ def parse_args(argv):
                    help="TeraIO modes: Session(copy_order=...): the CUDA copier runs each direction's copies by the "
                         "plan's deadlines (default) or as issued")
     p.add_argument("--recast-weights", choices=("on", "off"), default="on",
-                   help="TeraIO modes: Session(recast_weights=...): make autocast's bf16 copies of the weights again "
-                        "in the backward pass instead of keeping them from the forward (teraio.recast; default on)")
+                   help="TeraIO and recast modes: Session(recast_weights=...): make autocast's bf16 copies of the "
+                        "weights again in the backward pass instead of keeping them from the forward (teraio.recast; "
+                        "default on)")
     p.add_argument("--recast-activations", choices=("on", "off"), default="on",
-                   help="TeraIO modes: Session(recast_activations=...): keep cheap activations (silu, products of "
-                        "two activations) as recipes made again in backward, and one of equal dtype copies "
-                        "(teraio.remake; default on)")
+                   help="TeraIO and recast modes: Session(recast_activations=...): keep cheap activations (silu, "
+                        "products of two activations) as recipes made again in backward, and one of equal dtype "
+                        "copies (teraio.remake; default on)")
     p.add_argument("--keep-copies", choices=("on", "off"), default="off",
                    help="TeraIO modes: Session(keep_copies=...): a tensor only read since it came back (a weight "
                         "between micro-batches) keeps its tier copy, and moving it out again drops its device memory "
@@ -478,7 +480,8 @@ def open_session(args, mode, device):
                           ssd_capacity=args.ssd_capacity, warmup_steps=1, profile_steps=args.profile_steps,
                           device=device, record_releases=args.release_tracking == "on",
                           copy_order=args.copy_order, recast_weights=args.recast_weights == "on",
-                          recast_activations=args.recast_activations == "on", keep_copies=args.keep_copies == "on", retime_steps=args.retime)
+                          recast_activations=args.recast_activations == "on", keep_copies=args.keep_copies == "on",
+                          retime_steps=args.retime)
 
 
 def configure_numerics(args, workload):
@@ -502,16 +505,15 @@ def apply_cap(args, device, result):
     result["cap"] = f"{fmt_size(parse_size(args.budget))} ({fraction:.4f} of {fmt_size(total)})"
 
 
-def train_step(lm, optimizer, micro_batches, workload, device, mode, recasts=None):
-    """Forward and backward of every micro-batch (gradients accumulated), then the optimizer step."""
+def train_step(lm, optimizer, micro_batches, workload, device, mode, recasting=None):
+    """Forward and backward of every micro-batch (gradients accumulated), then the optimizer step.
+    `recasting()`, when given, is the recast mode's context around each micro-batch."""
     losses = []
     for batch in micro_batches:
         if mode == "save_on_cpu":
             saving = torch.autograd.graph.save_on_cpu(pin_memory=device.type == "cuda")
-        elif mode == "recast":
-            from teraio import recast
-
-            saving = recast.saved_tensors(recasts, weights=True, activations=True)
+        elif recasting is not None:
+            saving = recasting()
         else:
             saving = contextlib.nullcontext()
         with saving:
@@ -556,16 +558,18 @@ def train(args, workload, mode, device, result, stem):
             shard_with_cpu_offload(lm)
         optimizer = make_optimizer(lm.module)
         session = open_session(args, mode, device) if teraio_mode else None
-        recasts = None
+        recasts, recasting = None, None
         if mode == "recast":
             from teraio import recast
 
             recasts = recast.Recasts()
+            recasting = functools.partial(recast.saved_tensors, recasts, weights=args.recast_weights == "on",
+                                          activations=args.recast_activations == "on")
         watch = host_watch.HostWatch(device)
         stack.callback(watch.close)
 
         def one_step(measured):
-            loss = train_step(lm, optimizer, next(batches), workload, device, mode, recasts)
+            loss = train_step(lm, optimizer, next(batches), workload, device, mode, recasting)
             record = {"step": len(result["steps"]), "measured": measured, "time_s": None}
             result["steps"].append(record)
             return record, loss

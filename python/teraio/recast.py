@@ -187,6 +187,7 @@ def _unpack(packed):
     if isinstance(packed, remake.Remade):
         return packed.make()
     if isinstance(packed, remake.SharedCopy):
+        packed.saved.check()
         return packed.layout.view(_unpack(packed.first.kept))
     parameter = packed.parameter
     if parameter._version != packed.version or (tuple(parameter.shape), parameter.stride()) != packed.parameter_layout:

@@ -15,12 +15,13 @@ again from that node's own saved inputs (`node._saved_self`, ...), which go thro
 on the way out, so a recipe may rest on another recipe. The producing node's backward runs after
 that of every node that saved its output, so its saved inputs are still there when the recipe is
 used. The operator is the one the forward pass ran, on the same inputs, so the values are bit for
-bit those kept before; the inputs' version counters (kept by the hook) catch in-place changes. A
-remade tensor changed in place after it was saved is not refused, as autograd would: the recipe
-gives the values the forward pass used.
+bit those kept before; the inputs' version counters (kept by the hook) catch in-place changes, and
+so does the remade tensor's own while it lives. Writes autograd does not count (through `.data`,
+or a raw pointer) are not seen: the recipe gives the values the forward pass made.
 
-Which tensors (each a fresh output, or a view of one, never changed in place since):
-- the output of `silu` or `gelu` (`SiluBackward0`, `GeluBackward0`), made again from its input;
+Which tensors (each a fresh strided output, or a view of one of the same dtype, never changed in
+place since; at most `MAX_DEPTH` recipes deep):
+- the output of `silu` or exact `gelu` (`SiluBackward0`, `GeluBackward0`), made again from its input;
 - the product of two tensors that both require a gradient (`MulBackward0`: only then does autograd
   keep both factors);
 - a dtype copy (`ToCopyBackward0`) of a tensor that is not a leaf: kept once, and every later copy
@@ -41,7 +42,7 @@ def _silu(node):
 
 
 def _gelu(node):
-    return torch.nn.functional.gelu(node._saved_self, approximate=node._saved_approximate)
+    return torch.nn.functional.gelu(node._saved_self)
 
 
 def _mul(node):
@@ -51,6 +52,16 @@ def _mul(node):
 # The node types whose output is remade: the operator the forward pass ran, on the node's saved
 # inputs (each read goes through the saved-tensor hook).
 _REMADE_BY = {"SiluBackward0": _silu, "GeluBackward0": _gelu, "MulBackward0": _mul}
+
+# How many recipes one recipe may rest on, one under another. A Llama MLP needs 2 (the product
+# rests on silu(gate), which rests on gate); a chain of products t = t * a[i] would otherwise be
+# made again from its start on every read (quadratic work, and Python's recursion limit).
+MAX_DEPTH = 2
+
+
+def _error(message):
+    from .session import _error as session_error  # here: the session module imports recast, which imports this one
+    return session_error(message, "invalid argument")
 
 
 @dataclasses.dataclass
@@ -68,7 +79,22 @@ class _Layout:
         return base.as_strided(self.size, self.stride, self.offset)
 
 
-@dataclasses.dataclass
+class _Saved:
+    """The tensor autograd was given, watched while it lives: changed in place after it was saved,
+    autograd would refuse the backward pass, and so does a recipe that stands in for it."""
+
+    def __init__(self, base):
+        self._base = weakref.ref(base)
+        self._version = base._version
+
+    def check(self):
+        base = self._base()
+        if base is not None and base._version != self._version:
+            raise _error("teraio.recast: one of the tensors saved for the backward pass was modified by an "
+                         f"in-place operation (version {base._version}, saved at {self._version})")
+
+
+@dataclasses.dataclass(eq=False)
 class Remade:
     """An elementwise output kept as its producer and made again on each read."""
     node: object               # the autograd node that made it (holds the saved inputs)
@@ -76,16 +102,26 @@ class Remade:
     base_size: torch.Size
     base_stride: tuple
     layout: _Layout
+    depth: int                 # 1 + the depth of the deepest recipe among the node's inputs
+    saved: _Saved
 
     def make(self):
-        with torch.no_grad():
-            base = _REMADE_BY[type(self.node).__name__](self.node)
+        self.saved.check()
+        try:
+            with torch.no_grad():
+                base = _REMADE_BY[type(self.node).__name__](self.node)
+        except RuntimeError as error:
+            # The producer's backward has run and freed its inputs (a backward over part of the
+            # graph before this one, without retain_graph), or a checkpointed region refused to
+            # give its tensors out twice.
+            raise _error(f"teraio.remake: cannot make a saved {type(self.node).__name__} output again, since its "
+                         f"inputs are gone ({str(error).splitlines()[0]}); a backward pass over part of the graph "
+                         "followed by another, or a producer inside torch.utils.checkpoint, needs "
+                         "recast_activations off") from error
         if base.dtype != self.dtype or base.size() != self.base_size or base.stride() != self.base_stride:
-            from .session import _error  # here: the session module imports recast, which imports this one
             raise _error(f"teraio.remake: {type(self.node).__name__} made again gave a {base.dtype} "
                          f"{tuple(base.size())} tensor with strides {base.stride()}, not the {self.dtype} "
-                         f"{tuple(self.base_size)} with strides {self.base_stride} it made in the forward pass",
-                         "internal")
+                         f"{tuple(self.base_size)} with strides {self.base_stride} it made in the forward pass")
         return self.layout.view(base)
 
 
@@ -101,33 +137,47 @@ class FirstCopy:
         return self.kept.tensor._version == self.kept.version
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class SharedCopy:
     """A dtype copy served by the first equal one, in this copy's view."""
     first: FirstCopy
     layout: _Layout
+    saved: _Saved
 
 
 class Registry:
-    """The first dtype copies still held, to find equal ones (weak: an entry lives as long as a
-    packed copy refers to it)."""
+    """What one entry of the hook has packed: the first dtype copies still held, to find equal ones,
+    and the recipes still held by node, for their depth (weak: an entry lives as long as a packed
+    object refers to it, and that object holds the node, so a node's id names it meanwhile)."""
 
     def __init__(self):
         self._copies = weakref.WeakValueDictionary()
+        self._remade = weakref.WeakValueDictionary()
 
     def first_copy(self, key):
         first = self._copies.get(key)
         return first if first is not None and first.unchanged() else None
 
-    def add(self, key, first):
+    def add_copy(self, key, first):
         self._copies[key] = first
+
+    def depth_below(self, node):
+        """The depth of the deepest recipe made of one of `node`'s inputs."""
+        below = [self._remade.get(id(edge[0])) for edge in node.next_functions if edge[0] is not None]
+        return max([r.depth for r in below if r is not None], default=0)
+
+    def add_remade(self, remade):
+        self._remade[id(remade.node)] = remade
 
 
 def _base(tensor):
-    if type(tensor) is not torch.Tensor or tensor.is_conj() or tensor.is_neg():
-        return None  # subclasses and lazy conjugate/negative views: kept as they are
+    if (type(tensor) is not torch.Tensor or tensor.is_conj() or tensor.is_neg()
+            or getattr(tensor, "is_nested", False) or tensor.layout != torch.strided):
+        return None  # subclasses, lazy conjugate/negative views, nested and sparse tensors: kept
     base = tensor._base if tensor._is_view() else tensor
-    if base._version != 0 or base.layout != torch.strided:
+    if base.dtype != tensor.dtype:
+        return None  # a view of another dtype (view_as_real, .view(dtype)): kept
+    if base._version != 0:
         return None  # changed in place since it was made: the node's inputs no longer give it
     return base
 
@@ -139,6 +189,9 @@ def _remade(node):
     if kind == "MulBackward0":
         # Autograd keeps each factor only when the other one needs a gradient.
         return all(edge[0] is not None for edge in node.next_functions)
+    if kind == "GeluBackward0":
+        # The tanh approximation's CPU kernel rounds differently with the number of threads.
+        return node._saved_approximate == "none"
     return True
 
 
@@ -161,7 +214,12 @@ def recipe_for(tensor, registry, keep):
     if node is None:
         return keep(tensor), None
     if _remade(node):
-        return Remade(node, base.dtype, base.size(), base.stride(), _Layout.of(tensor)), "remade"
+        depth = 1 + registry.depth_below(node)
+        if depth > MAX_DEPTH:
+            return keep(tensor), None
+        remade = Remade(node, base.dtype, base.size(), base.stride(), _Layout.of(tensor), depth, _Saved(base))
+        registry.add_remade(remade)
+        return remade, "remade"
     copied = _copied_tensor(node)
     if copied is None:
         return keep(tensor), None
@@ -169,7 +227,7 @@ def recipe_for(tensor, registry, keep):
     key = (id(source), output, base.dtype, base.device, tuple(base.size()), base.stride())
     first = registry.first_copy(key)
     if first is not None:
-        return SharedCopy(first, _Layout.of(tensor)), "shared"
+        return SharedCopy(first, _Layout.of(tensor), _Saved(base)), "shared"
     first = FirstCopy(keep(base), source)
-    registry.add(key, first)
-    return SharedCopy(first, _Layout.of(tensor)), None
+    registry.add_copy(key, first)
+    return SharedCopy(first, _Layout.of(tensor), _Saved(base)), None
