@@ -124,19 +124,7 @@ def saved_tensors(counts: Recasts | None = None, weights: bool = True, activatio
     def pack(tensor):
         parameter, base = _copied_parameter(tensor) if weights else (None, None)
         if parameter is None:
-            if registry is None:
-                return _keep(tensor)
-            packed, kind = remake.recipe_for(tensor, registry, _keep)
-            if kind is not None:
-                base = tensor._base if tensor._is_view() else tensor
-                size = base.numel() * base.element_size()
-                if kind == "remade":
-                    counts.remade += 1
-                    counts.remade_bytes += size
-                else:
-                    counts.shared += 1
-                    counts.shared_bytes += size
-            return packed
+            return _keep(tensor) if registry is None else remake.recipe_for(tensor, registry, _keep, counts)
         _warn_if_cached()
         counts.kept_as_recipe += 1
         counts.bytes_not_kept += base.numel() * base.element_size()
@@ -178,11 +166,7 @@ def _warn_if_cached():
 
 def _unpack(packed):
     if isinstance(packed, _Kept):
-        if packed.tensor._version != packed.version:
-            from .session import _error  # here, not at the top: the session module imports this one
-            raise _error("teraio.recast: one of the tensors saved for the backward pass was modified by an in-place "
-                         f"operation (version {packed.tensor._version}, saved at {packed.version})",
-                         "invalid argument")
+        remake.refuse_if_changed(packed.tensor, packed.version)
         return packed.tensor
     if isinstance(packed, remake.Remade):
         return packed.make()

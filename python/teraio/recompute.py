@@ -210,7 +210,7 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
                 break
         else:
             raise _error("tune: the session did not plan within 64 steps", "internal error")
-        for _ in range(getattr(session, "retime_steps_left", 0) if retime else 0):
+        for _ in range(session.retime_steps_left if retime else 0):
             run_step()
 
     def trial(count):

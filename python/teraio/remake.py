@@ -79,6 +79,14 @@ class _Layout:
         return base.as_strided(self.size, self.stride, self.offset)
 
 
+def refuse_if_changed(tensor, version):
+    """Autograd's own check, which a saved-tensor hook turns off: a saved tensor changed in place
+    since it was saved at `version` cannot serve the backward pass."""
+    if tensor._version != version:
+        raise _error("teraio.recast: one of the tensors saved for the backward pass was modified by an in-place "
+                     f"operation (version {tensor._version}, saved at {version})")
+
+
 class _Saved:
     """The tensor autograd was given, watched while it lives: changed in place after it was saved,
     autograd would refuse the backward pass, and so does a recipe that stands in for it."""
@@ -89,9 +97,8 @@ class _Saved:
 
     def check(self):
         base = self._base()
-        if base is not None and base._version != self._version:
-            raise _error("teraio.recast: one of the tensors saved for the backward pass was modified by an "
-                         f"in-place operation (version {base._version}, saved at {self._version})")
+        if base is not None:
+            refuse_if_changed(base, self._version)
 
 
 @dataclasses.dataclass(eq=False)
@@ -205,29 +212,33 @@ def _copied_tensor(node):
     return source, output
 
 
-def recipe_for(tensor, registry, keep):
-    """What to hold for `tensor` instead of the tensor, and what it was: (`Remade`, "remade"),
-    (`SharedCopy`, "shared") for a copy an equal one serves, or whatever `keep` (recast's way of
-    keeping a tensor) holds, with None."""
+def recipe_for(tensor, registry, keep, counts):
+    """What to hold for `tensor` instead of the tensor: a `Remade`, a `SharedCopy`, or whatever
+    `keep` (recast's way of keeping a tensor) holds. `counts` (recast's `Recasts`) counts the
+    recipes and the copies an equal one serves."""
     base = _base(tensor)
     node = base.grad_fn if base is not None else None
     if node is None:
-        return keep(tensor), None
+        return keep(tensor)
     if _remade(node):
         depth = 1 + registry.depth_below(node)
         if depth > MAX_DEPTH:
-            return keep(tensor), None
+            return keep(tensor)
         remade = Remade(node, base.dtype, base.size(), base.stride(), _Layout.of(tensor), depth, _Saved(base))
         registry.add_remade(remade)
-        return remade, "remade"
+        counts.remade += 1
+        counts.remade_bytes += base.numel() * base.element_size()
+        return remade
     copied = _copied_tensor(node)
     if copied is None:
-        return keep(tensor), None
+        return keep(tensor)
     source, output = copied
     key = (id(source), output, base.dtype, base.device, tuple(base.size()), base.stride())
     first = registry.first_copy(key)
-    if first is not None:
-        return SharedCopy(first, _Layout.of(tensor), _Saved(base)), "shared"
-    first = FirstCopy(keep(base), source)
-    registry.add_copy(key, first)
-    return SharedCopy(first, _Layout.of(tensor), _Saved(base)), None
+    if first is None:
+        first = FirstCopy(keep(base), source)
+        registry.add_copy(key, first)
+    else:
+        counts.shared += 1
+        counts.shared_bytes += base.numel() * base.element_size()
+    return SharedCopy(first, _Layout.of(tensor), _Saved(base))

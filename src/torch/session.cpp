@@ -179,7 +179,7 @@ void Session::begin_step() {
     releases_.clear();
   }
   timing_planned_step_ = phase_ == SessionPhase::kPlanned && retime_left_ > 0 && observing_;
-  if (phase_ == SessionPhase::kProfile || timing_planned_step_) timer_->reset();
+  if (timing_ops()) timer_->reset();
   if (observing_) {
     executor_->set_mode(step_mode());
     executor_->begin_step();

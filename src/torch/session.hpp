@@ -256,6 +256,8 @@ class Session {
   int retime_left_ = 0;
   // This planned step times its operators for retime(). Set between steps, like phase_.
   bool timing_planned_step_ = false;
+  // Whether this step's operators are timed: a profile step's, or a planned one's for retime().
+  bool timing_ops() const { return phase_ == SessionPhase::kProfile || timing_planned_step_; }
   std::vector<std::string> plan_op_names_;
   std::unordered_map<TensorId, std::uint64_t> plan_bytes_;  // profiled size of each tensor
   // Bytes of storages each operator created in the previous step and in this one: the room

@@ -273,7 +273,7 @@ void Session::run_before_op(OpState& op) {
   }
   // Also after a failure above: RecordFunction runs the operator anyway, so its writes happen.
   forget_kept_copies(op.written);
-  if (phase_ == SessionPhase::kProfile || timing_planned_step_) timer_->start(op.k);
+  if (timing_ops()) timer_->start(op.k);
   op.start_s = executor_->now_s();
 }
 
@@ -369,7 +369,7 @@ void Session::finish_op(const at::RecordFunction& fn, OpState& op, int depth,
     const TensorId id = identify(s, FirstSight{op.k, 0, slot++, true}, op.used);
     if (std::find(op.used.begin(), op.used.end(), id) == op.used.end()) op.used.push_back(id);
   }
-  if (phase_ == SessionPhase::kProfile || timing_planned_step_) timer_->stop(op.k);
+  if (timing_ops()) timer_->stop(op.k);
   if (phase_ == SessionPhase::kProfile) {
     for (const TensorId id : op.used) {
       if (c10::StorageImpl* impl = table_.find_id(id)) recorder_.use(id, op.k, impl->nbytes());

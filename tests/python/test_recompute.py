@@ -158,6 +158,7 @@ class FakeSession:
         self.device = "cpu"
         self.records = []
         self.predicted_of = None  # the simulator's step for a count's plan
+        self.retime_steps_left = 0  # Session(retime_steps=0)
 
     def reprofile(self):
         self.phase, self.left = "profile", 1

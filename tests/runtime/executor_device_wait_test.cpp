@@ -32,6 +32,7 @@ using testing::plan_of;
 using testing::prefetch;
 
 constexpr std::uint64_t kBytes = 24 * kKiB + 77;  // not a page multiple
+constexpr std::uint64_t kSlot = 28 * kKiB;        // the host tier's extent for kBytes, in whole pages
 
 bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
   const auto x = reinterpret_cast<std::uintptr_t>(a);
@@ -470,7 +471,6 @@ TEST(ExecutorDeviceWait, PlannedPrefetchIsUsedBehindItsCopyAndItsExtentWaitsForI
 // finishes it), after the device has taken the wait over (the host retires it), and for a
 // prefetch that keeps its copy (its copy is given up once it is done).
 TEST(ExecutorDeviceWait, AnEvictionFindingTheTiersFullWaitsForAPrefetchToGiveItsRoomBack) {
-  constexpr std::uint64_t kSlot = 28 * kKiB;  // kBytes in whole pages
   enum class Case { kInFlight, kSettled, kKeptCopy };
   for (const Case c : {Case::kInFlight, Case::kSettled, Case::kKeptCopy}) {
     const bool settled = c == Case::kSettled;
@@ -520,7 +520,6 @@ TEST(ExecutorDeviceWait, AnEvictionFindingTheTiersFullWaitsForAPrefetchToGiveIts
 // older) and tensor 2's copy out, taken back before it finished (newer). Only the copy out
 // finishes: the eviction takes its room and does not wait for the older copy in.
 TEST(ExecutorDeviceWait, AnEvictionWaitingForTierRoomTakesWhicheverCopyFinishesFirst) {
-  constexpr std::uint64_t kSlot = 28 * kKiB;
   DeviceRig rig(4 * kBytes, 2 * kSlot);
   Executor& ex = rig.executor();
   for (TensorId id : {1, 2, 3}) rig.add(id, kBytes);
@@ -563,7 +562,6 @@ TEST(ExecutorDeviceWait, AnEvictionWaitingForTierRoomTakesWhicheverCopyFinishesF
 // it would leave its use a demand fetch, which needs the same room. (On W3, session 15, the one
 // wait for tier room came on such a prefetch, of a 2 GB weight.)
 TEST(ExecutorDeviceWait, APlannedPrefetchFindingTheTiersFullWaitsForRoom) {
-  constexpr std::uint64_t kSlot = 28 * kKiB;
   DeviceRig rig(3 * kBytes, 2 * kSlot);
   Executor& ex = rig.executor();
   for (TensorId id : {1, 2, 3}) rig.add(id, kBytes);
