@@ -47,9 +47,9 @@ class Recasts:
     recast: int = 0           # casts the backward pass ran
     # With activations=True (teraio.remake):
     activations: bool = False
-    remade: int = 0           # activations kept as recipes
+    remade: int = 0           # activations kept as recipes (each once, however many nodes saved it)
     remade_bytes: int = 0
-    made_again: int = 0       # recipes the backward pass ran
+    made_again: int = 0       # times the backward pass made one again
     shared: int = 0           # dtype copies served by an equal one kept before
     shared_bytes: int = 0
 
@@ -135,8 +135,6 @@ def saved_tensors(counts: Recasts | None = None, weights: bool = True, activatio
         tensor = _unpack(packed)
         if isinstance(packed, _Recipe):
             counts.recast += 1
-        elif isinstance(packed, remake.Remade):
-            counts.made_again += 1
         return tensor
 
     previous = torch.is_autocast_cache_enabled()
@@ -168,8 +166,8 @@ def _unpack(packed):
     if isinstance(packed, _Kept):
         remake.refuse_if_changed(packed.tensor, packed.version)
         return packed.tensor
-    if isinstance(packed, remake.Remade):
-        return packed.make()
+    if isinstance(packed, remake.RemadeView):
+        return packed.read()
     if isinstance(packed, remake.SharedCopy):
         packed.saved.check()
         return packed.layout.view(_unpack(packed.first.kept))

@@ -12,7 +12,9 @@ keep three identical bf16 copies of the same normalized input: one copy serves a
 The saved-tensor hook of `teraio.recast.saved_tensors(activations=True)` asks `recipe_for` about every
 tensor it is given. A recipe refers to the autograd node that made the tensor, and makes the tensor
 again from that node's own saved inputs (`node._saved_self`, ...), which go through the same hook
-on the way out, so a recipe may rest on another recipe. The producing node's backward runs after
+on the way out, so a recipe may rest on another recipe. A tensor several nodes saved is one recipe,
+made once and held from the first of their reads to the last (without autocast, q, k and v save
+the same normalized input, which would otherwise be made three times over). The producing node's backward runs after
 that of every node that saved its output, so its saved inputs are still there when the recipe is
 used. The operator is the one the forward pass ran, on the same inputs, so the values are bit for
 bit those kept before; the inputs' version counters (kept by the hook) catch in-place changes, and
@@ -32,6 +34,7 @@ place since; at most `MAX_DEPTH` recipes deep):
 from __future__ import annotations
 
 import dataclasses
+import threading
 import weakref
 
 import torch
@@ -101,19 +104,39 @@ class _Saved:
             refuse_if_changed(base, self._version)
 
 
+# How many recipes this thread is making now: what a recipe reads of its node's saved inputs is
+# its own read, not one of the reads autograd owes the saved tensor.
+_making = threading.local()
+
+
 @dataclasses.dataclass(eq=False)
 class Remade:
-    """An elementwise output kept as its producer and made again on each read."""
+    """An elementwise output kept as its producer and made again in the backward pass: once for
+    all the nodes that saved it (q, k and v each save the normalized input they read), held from
+    the first of their reads to the last, as long as the forward pass's tensor would have been."""
     node: object               # the autograd node that made it (holds the saved inputs)
     dtype: torch.dtype
-    base_size: torch.Size
-    base_stride: tuple
-    layout: _Layout
+    size: torch.Size
+    stride: tuple
     depth: int                 # 1 + the depth of the deepest recipe among the node's inputs
     saved: _Saved
+    counts: object             # recast's Recasts: counts each time it is made
+    readers: int = 0           # the saves of it whose read has not come yet
+    made: torch.Tensor | None = None
 
-    def make(self):
+    def read(self, layout):
+        """The tensor again, in the view `layout` of the saved one."""
+        base = self.made if self.made is not None else self._make()
+        if getattr(_making, "depth", 0) == 0:
+            self.readers -= 1
+        # Held for the reads still to come; one more than there were saves (a second backward with
+        # retain_graph) makes it again rather than keep it for good.
+        self.made = base if self.readers > 0 else None
+        return layout.view(base)
+
+    def _make(self):
         self.saved.check()
+        _making.depth = getattr(_making, "depth", 0) + 1
         try:
             with torch.no_grad():
                 base = _REMADE_BY[type(self.node).__name__](self.node)
@@ -125,11 +148,24 @@ class Remade:
                          f"inputs are gone ({str(error).splitlines()[0]}); a backward pass over part of the graph "
                          "followed by another, or a producer inside torch.utils.checkpoint, needs "
                          "recast_activations off") from error
-        if base.dtype != self.dtype or base.size() != self.base_size or base.stride() != self.base_stride:
+        finally:
+            _making.depth -= 1
+        if base.dtype != self.dtype or base.size() != self.size or base.stride() != self.stride:
             raise _error(f"teraio.remake: {type(self.node).__name__} made again gave a {base.dtype} "
                          f"{tuple(base.size())} tensor with strides {base.stride()}, not the {self.dtype} "
-                         f"{tuple(self.base_size)} with strides {self.base_stride} it made in the forward pass")
-        return self.layout.view(base)
+                         f"{tuple(self.size)} with strides {self.stride} it made in the forward pass")
+        self.counts.made_again += 1
+        return base
+
+
+@dataclasses.dataclass(eq=False)
+class RemadeView:
+    """One save of a remade tensor: the recipe, and the view of its output that was saved."""
+    remade: Remade
+    layout: _Layout
+
+    def read(self):
+        return self.remade.read(self.layout)
 
 
 class FirstCopy:
@@ -167,6 +203,9 @@ class Registry:
 
     def add_copy(self, key, first):
         self._copies[key] = first
+
+    def remade(self, node):
+        return self._remade.get(id(node))
 
     def depth_below(self, node):
         """The depth of the deepest recipe made of one of `node`'s inputs."""
@@ -221,14 +260,17 @@ def recipe_for(tensor, registry, keep, counts):
     if node is None:
         return keep(tensor)
     if _remade(node):
-        depth = 1 + registry.depth_below(node)
-        if depth > MAX_DEPTH:
-            return keep(tensor)
-        remade = Remade(node, base.dtype, base.size(), base.stride(), _Layout.of(tensor), depth, _Saved(base))
-        registry.add_remade(remade)
-        counts.remade += 1
-        counts.remade_bytes += base.numel() * base.element_size()
-        return remade
+        remade = registry.remade(node)
+        if remade is None:
+            depth = 1 + registry.depth_below(node)
+            if depth > MAX_DEPTH:
+                return keep(tensor)
+            remade = Remade(node, base.dtype, base.size(), base.stride(), depth, _Saved(base), counts)
+            registry.add_remade(remade)
+            counts.remade += 1
+            counts.remade_bytes += base.numel() * base.element_size()
+        remade.readers += 1
+        return RemadeView(remade, _Layout.of(tensor))
     copied = _copied_tensor(node)
     if copied is None:
         return keep(tensor)

@@ -38,9 +38,11 @@ def footprint(make):
 
 class AutocastTrainer:
     """A run of `make_model()` (built from seed 0): two micro-batches of `draw(generator)` per step,
-    the forward under CPU bf16 autocast, AdamW. `step(around)` enters `around()` for each forward."""
+    the forward under CPU bf16 autocast (or in fp32, without `autocast`), AdamW. `step(around)`
+    enters `around()` for each forward."""
 
-    def __init__(self, make_model, draw):
+    def __init__(self, make_model, draw, autocast=True):
+        self.autocast = autocast
         torch.manual_seed(0)
         self.model = make_model()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-2, foreach=False)
@@ -52,7 +54,7 @@ class AutocastTrainer:
         tokens, targets = self.draw()
         for _ in range(2):  # two micro-batches: gradients accumulate
             with around() if around else contextlib.nullcontext():
-                with torch.autocast("cpu", dtype=torch.bfloat16):
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast):
                     loss = self.model(tokens, targets)
             loss.backward()
             self.losses.append(loss.detach().clone())

@@ -72,8 +72,8 @@ def _batch(generator):
     return tokens[:, :-1], tokens[:, 1:]
 
 
-def Trainer():
-    return AutocastTrainer(Llama, _batch)
+def Trainer(autocast=True):
+    return AutocastTrainer(Llama, _batch, autocast)
 
 
 def test_training_with_remade_activations_is_exact_and_counts_what_it_did():
@@ -85,14 +85,43 @@ def test_training_with_remade_activations_is_exact_and_counts_what_it_did():
     passes = 3 * 2
     layer_passes = passes * len(got.model.layers)
     # Per layer and pass: both norms' normalized input (x * rsqrt), silu(gate), silu(gate) * up;
-    # and the final norm's. The backward pass makes silu(gate) twice: for the product and for its
-    # own node.
-    assert counts.remade == 4 * layer_passes + passes and counts.made_again == counts.remade + layer_passes
+    # and the final norm's. The backward pass makes each once: silu(gate), made for the product,
+    # is held for the product's own node.
+    assert counts.remade == 4 * layer_passes + passes and counts.made_again == counts.remade
     # k and v read q's copy of the normalized input, up reads gate's.
     assert counts.shared == 3 * layer_passes
     assert counts.remade_bytes > 0 and counts.shared_bytes > 0
     assert "made again in backward" in counts.describe() and "served by an equal one" in counts.describe()
     assert "made again" not in recast.Recasts().describe()
+
+
+def test_in_fp32_a_tensor_saved_by_several_nodes_is_one_recipe_made_once_per_backward():
+    """Without autocast, q, k and v save the normalized input itself (weight * x * rsqrt), and gate
+    and up theirs: one recipe each, made once for all its readers."""
+    counts = recast.Recasts()
+    got = Trainer(autocast=False)
+    for _ in range(2):
+        got.step(lambda: recast.weights(counts, activations=True))
+    assert_same_training(reference(lambda: Trainer(autocast=False), 2), got)
+    passes = 2 * 2
+    layer_passes = passes * len(got.model.layers)
+    # Per layer and pass: each norm's x * rsqrt and its product with the weight, silu(gate) and the
+    # product with up; the final norm's two.
+    assert counts.remade == 6 * layer_passes + 2 * passes and counts.made_again == counts.remade
+    assert counts.shared == 0
+
+
+def test_a_recipe_read_again_after_its_last_reader_is_made_anew():
+    g = torch.linspace(-2, 2, 8, requires_grad=True)
+    u = torch.linspace(1, 3, 8, requires_grad=True)
+    counts = recast.Recasts()
+    with recast.weights(counts, activations=True):
+        m = torch.nn.functional.silu(g) * u  # silu(g) saved once, as a recipe
+    node = m.grad_fn
+    first = node._saved_self  # its one reader: not held after it
+    second = node._saved_self
+    assert torch.equal(first, second) and first.data_ptr() != second.data_ptr()
+    assert counts.made_again == 2
 
 
 def _after_forward(activations):
