@@ -126,6 +126,9 @@ class Remade:
 
     def read(self, layout):
         """The tensor again, in the view `layout` of the saved one."""
+        # Checked on every read, as autograd checks every unpack: the forward pass's tensor
+        # changed in place between two reads would have failed the second one.
+        self.saved.check()
         base = self.made if self.made is not None else self._make()
         if getattr(_making, "depth", 0) == 0:
             self.readers -= 1
@@ -135,12 +138,15 @@ class Remade:
         return layout.view(base)
 
     def _make(self):
-        self.saved.check()
         _making.depth = getattr(_making, "depth", 0) + 1
         try:
             with torch.no_grad():
                 base = _REMADE_BY[type(self.node).__name__](self.node)
+        except RecursionError:
+            raise
         except RuntimeError as error:
+            if "teraio.re" in str(error):
+                raise  # refused by an inner read (an input changed in place): autograd passes it on as is
             # The producer's backward has run and freed its inputs (a backward over part of the
             # graph before this one, without retain_graph), or a checkpointed region refused to
             # give its tensors out twice.
@@ -208,12 +214,27 @@ class Registry:
         return self._remade.get(id(node))
 
     def depth_below(self, node):
-        """The depth of the deepest recipe made of one of `node`'s inputs."""
-        below = [self._remade.get(id(edge[0])) for edge in node.next_functions if edge[0] is not None]
+        """The depth of the deepest recipe made of one of `node`'s inputs, or of a view of one."""
+        below = [self._remade.get(id(_through_views(edge[0]))) for edge in node.next_functions if edge[0] is not None]
         return max([r.depth for r in below if r is not None], default=0)
 
     def add_remade(self, remade):
         self._remade[id(remade.node)] = remade
+
+
+# Autograd nodes of views: an input that is a view of a recipe's output rests on that recipe.
+_VIEWS = {"ViewBackward0", "ReshapeAliasBackward0", "AsStridedBackward0", "AliasBackward0", "TBackward0",
+          "TransposeBackward0", "PermuteBackward0", "ExpandBackward0", "SliceBackward0", "SelectBackward0",
+          "NarrowBackward0", "UnsqueezeBackward0", "SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2",
+          "DiagonalBackward0", "UnfoldBackward0", "SplitBackward0", "SplitWithSizesBackward0", "UnbindBackward0",
+          "ViewAsRealBackward0", "ViewAsComplexBackward0"}
+
+
+def _through_views(node):
+    """The node that made the tensor `node`'s view chain starts from."""
+    while node is not None and type(node).__name__ in _VIEWS and node.next_functions:
+        node = node.next_functions[0][0]
+    return node
 
 
 def _base(tensor):

@@ -328,3 +328,48 @@ def test_a_second_backward_over_the_rest_of_the_graph_says_why_it_fails():
     s.sum().backward()  # silu's backward runs and frees its input
     with pytest.raises(RuntimeError, match="needs recast_activations off"):
         torch.autograd.grad(m.sum(), u)
+
+
+def test_an_activation_changed_in_place_between_two_reads_is_refused_as_autograd_would():
+    """The second reader of a recipe held for it is checked too, not only the first."""
+    def backward(around):
+        g = torch.linspace(-2, 2, 8, requires_grad=True)
+        u1, u2 = torch.linspace(1, 3, 8, requires_grad=True), torch.linspace(0, 1, 8, requires_grad=True)
+        with around():
+            s = torch.nn.functional.silu(g)
+            a, b = s * u1, s * u2  # both save s; b's node runs first
+
+        def change_s(grad):
+            with torch.no_grad():
+                s.add_(100)  # after b's read, before a's
+            return grad
+
+        a.register_hook(change_s)
+        (a + b).sum().backward()
+
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        backward(contextlib.nullcontext)
+    with pytest.raises(RuntimeError, match="modified by an in-place operation"):
+        backward(lambda: recast.weights(activations=True))
+
+
+def test_a_chain_of_products_through_views_is_made_again_at_most_two_deep():
+    def chain(v):
+        t = v[0] * v[1]
+        for i in range(400):
+            t = t.view(2, 4).view(8) * (v[2] * 1e-3 + 1)  # each product's input: a view of the last one
+        return t.sum()
+
+    counts = _same_gradients(chain)
+    assert 250 <= counts.remade <= 290 and counts.made_again == counts.remade
+
+
+def test_an_input_changed_before_the_backward_pass_is_named_as_the_cause():
+    g, u = torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)
+    with recast.weights(activations=True):
+        loss = ((torch.nn.functional.silu(g) * u) * u).sum()  # the product rests on silu(g), which rests on g
+    with torch.no_grad():
+        g.add_(1)  # an optimizer step before the backward pass
+    with pytest.raises(RuntimeError, match="modified by an in-place operation") as raised:
+        loss.backward()
+    assert "recast_activations off" not in str(raised.value)
