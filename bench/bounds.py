@@ -62,6 +62,8 @@ def simulate(cli, trace, args, scale, workdir, budget=None):
     summary.unlink(missing_ok=True)
     command = [cli, "simulate", str(trace), "--budget", budget or args.budget, "--host-capacity", args.host,
                "--pcie", args.pcie, "--time-scale", repr(scale), "--summary", str(summary)]
+    if args.pcie_duplex:
+        command += ["--pcie-duplex", args.pcie_duplex]
     done = subprocess.run(command, capture_output=True, text=True)
     # Exit status 3 with a summary: the simulated plan broke the budget somewhere (counted in
     # the summary's violations, shown in the table); anything else is a failure.
@@ -78,6 +80,8 @@ def main(argv=None):
     p.add_argument("--budget", required=True, help="TeraIO's gpu_budget for the traces, e.g. 34GiB")
     p.add_argument("--host", default="40GiB", help="host tier capacity (default 40GiB)")
     p.add_argument("--pcie", default="55GB/s", help="link bandwidth each way (default 55GB/s, WORKLOADS.md)")
+    p.add_argument("--pcie-duplex", help="both directions together while both are busy, e.g. 94GB/s (WORKLOADS.md); "
+                                         "the simulated plan runs with it, the bound does not model it (default: none)")
     p.add_argument("--teraio", help="the teraio CLI (default: build/tools/teraio/teraio, else PATH)")
     args = p.parse_args(argv)
     cli = find_cli(args.teraio)
@@ -86,7 +90,8 @@ def main(argv=None):
     for name, trace, _ in args.configs:
         if not trace.is_file():
             p.error(f"{name}: no trace at {trace}")
-    print(f"budget {args.budget}, host tier {args.host}, {args.pcie} each way, ideal {args.ideal:.3f} s\n")
+    both = f", {args.pcie_duplex} both ways at once (simulated plan only)" if args.pcie_duplex else ""
+    print(f"budget {args.budget}, host tier {args.host}, {args.pcie} each way{both}, ideal {args.ideal:.3f} s\n")
     print("| configuration | profiled (s) | compute (s) | scale | planned, simulated (s) | over budget | bound (s) |"
           " bound's reason |")
     print("|---|---|---|---|---|---|---|---|")

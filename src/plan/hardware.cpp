@@ -9,7 +9,9 @@ namespace teraio::plan {
 std::string Hardware::describe() const {
   return cat("budget ", format_bytes(gpu_budget), ", host tier ", format_bytes(host_capacity), ", SSD tier ",
              format_bytes(ssd_capacity), ", PCIe d2h ", format_bandwidth(d2h_bandwidth), " h2d ",
-             format_bandwidth(h2d_bandwidth), ", SSD write ", format_bandwidth(ssd_write_bandwidth), " read ",
+             format_bandwidth(h2d_bandwidth),
+             pcie_duplex_bandwidth > 0 ? cat(", both at once ", format_bandwidth(pcie_duplex_bandwidth)) : "",
+             ", SSD write ", format_bandwidth(ssd_write_bandwidth), " read ",
              format_bandwidth(ssd_read_bandwidth), gpudirect ? ", GPUDirect" : ", bounce through host");
 }
 

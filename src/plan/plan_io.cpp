@@ -86,6 +86,7 @@ nlohmann::ordered_json hardware_json(const Hardware& hw) {
                                 {"ssd_capacity", hw.ssd_capacity},
                                 {"d2h_bandwidth", hw.d2h_bandwidth},
                                 {"h2d_bandwidth", hw.h2d_bandwidth},
+                                {"pcie_duplex_bandwidth", hw.pcie_duplex_bandwidth},
                                 {"ssd_write_bandwidth", hw.ssd_write_bandwidth},
                                 {"ssd_read_bandwidth", hw.ssd_read_bandwidth},
                                 {"gpudirect", hw.gpudirect},
@@ -99,6 +100,9 @@ Hardware read_hardware_json(const Reader& r, const json& j, const std::string& w
   hw.ssd_capacity = r.u64(j, where, "ssd_capacity");
   hw.d2h_bandwidth = r.number(j, where, "d2h_bandwidth");
   hw.h2d_bandwidth = r.number(j, where, "h2d_bandwidth");
+  // Optional: plans written before it was modelled have each direction at its own rate.
+  if (j.contains("pcie_duplex_bandwidth"))
+    hw.pcie_duplex_bandwidth = r.number(j, where, "pcie_duplex_bandwidth");
   hw.ssd_write_bandwidth = r.number(j, where, "ssd_write_bandwidth");
   hw.ssd_read_bandwidth = r.number(j, where, "ssd_read_bandwidth");
   hw.gpudirect = r.boolean(j, where, "gpudirect");

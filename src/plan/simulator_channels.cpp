@@ -44,6 +44,22 @@ double Channels::leg_time(const Request& r, std::size_t channel) const {
   return (leg_of(r, channel) == 0 ? hw_.request_latency_s : 0.0) + double(r.bytes) / bandwidth_[channel];
 }
 
+// How much longer than at its own rate a slice starting at `start` on `channel` takes: with
+// both PCIe directions busy, the link gives them pcie_duplex_bandwidth together. A slice is
+// stretched when the other direction is busy as it starts; one already running keeps its rate
+// to its end (at the latest the next operator boundary), so an overlap that begins mid-slice
+// is charged to the later slice alone.
+double Channels::stretch(std::size_t channel, double start) const {
+  const auto d2h = static_cast<std::size_t>(Channel::kD2h);
+  const auto h2d = static_cast<std::size_t>(Channel::kH2d);
+  if (hw_.pcie_duplex_bandwidth <= 0 || (channel != d2h && channel != h2d)) return 1.0;
+  const std::size_t other = channel == d2h ? h2d : d2h;
+  const Server& s = servers_[other];
+  if (s.free_at <= start && next_start(s) > start) return 1.0;
+  const double both = bandwidth_[channel] + bandwidth_[other];
+  return both > hw_.pcie_duplex_bandwidth ? both / hw_.pcie_duplex_bandwidth : 1.0;
+}
+
 double Channels::next_start(const Server& s) const {
   if (!s.ready.empty()) return s.free_at;
   if (!s.future.empty()) return std::max(s.free_at, requests_[s.future.top()].arrival);
@@ -73,11 +89,13 @@ bool Channels::schedule_next(double limit) {
   const double leg_s = leg_time(r, best);
   const bool first_slice = r.remaining_s[leg] < 0;
   if (first_slice) r.remaining_s[leg] = leg_s;
-  const double end = start + r.remaining_s[leg];
+  const double factor = stretch(best, start);
+  const double end = start + r.remaining_s[leg] * factor;
   // Transfers move in chunks, so a more urgent request issued at the next operator boundary
   // takes the channel over: the running one is served only up to `limit`, then competes again.
   const double slice_end = std::min(end, limit);
-  const double bytes = leg_s > 0 ? double(r.bytes) * (slice_end - start) / leg_s : double(r.bytes);
+  const double served = (slice_end - start) / factor;  // service time at the channel's own rate
+  const double bytes = leg_s > 0 ? double(r.bytes) * served / leg_s : double(r.bytes);
   server.free_at = slice_end;
   auto& spans = busy_[best];
   if (!spans.empty() && spans.back().request == id && spans.back().end == start) {
@@ -87,7 +105,7 @@ bool Channels::schedule_next(double limit) {
     spans.push_back({start, slice_end, bytes, r.migration, id, first_slice});
   }
   if (end > limit) {
-    r.remaining_s[leg] = end - limit;
+    r.remaining_s[leg] -= served;
     server.ready.push(id);
     return true;
   }

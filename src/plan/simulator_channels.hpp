@@ -104,6 +104,7 @@ class Channels {
 
   double next_start(const Server& s) const;
   double leg_time(const Request& r, std::size_t channel) const;
+  double stretch(std::size_t channel, double start) const;
   static std::size_t leg_of(const Request& r, std::size_t channel);
   bool schedule_next(double limit);
 

@@ -33,6 +33,9 @@ Hardware sweep_hardware(const Hardware& base, double bandwidth, SweepMode mode) 
     // The study asks what bandwidth is needed, not what space: room is never the limit.
     if (hw.ssd_capacity == 0) hw.ssd_capacity = 1024 * kTiB;
   } else {
+    // A shared cap scales with the link: the same share of the two directions' sum.
+    if (hw.pcie_duplex_bandwidth > 0 && hw.d2h_bandwidth + hw.h2d_bandwidth > 0)
+      hw.pcie_duplex_bandwidth *= 2 * bandwidth / (hw.d2h_bandwidth + hw.h2d_bandwidth);
     hw.d2h_bandwidth = bandwidth;
     hw.h2d_bandwidth = bandwidth;
   }

@@ -19,6 +19,7 @@ Plan sample_plan() {
   p.hardware.ssd_capacity = 200ull << 30;
   p.hardware.d2h_bandwidth = 55.123456789012345e9;
   p.hardware.h2d_bandwidth = 1.0 / 3.0 * 1e11;
+  p.hardware.pcie_duplex_bandwidth = 94e9;
   p.hardware.ssd_read_bandwidth = 0.1;
   p.hardware.gpudirect = true;
   p.hardware.request_latency_s = 2.5e-5;
@@ -35,6 +36,7 @@ void expect_equal(const Plan& a, const Plan& b) {
   EXPECT_EQ(plan_to_json(a), plan_to_json(b));
   EXPECT_EQ(a.hardware.d2h_bandwidth, b.hardware.d2h_bandwidth);
   EXPECT_EQ(a.hardware.h2d_bandwidth, b.hardware.h2d_bandwidth);
+  EXPECT_EQ(a.hardware.pcie_duplex_bandwidth, b.hardware.pcie_duplex_bandwidth);
   EXPECT_EQ(a.hardware.request_latency_s, b.hardware.request_latency_s);
   EXPECT_EQ(a.hardware.gpudirect, b.hardware.gpudirect);
   EXPECT_EQ(a.peak_before, b.peak_before);
@@ -81,6 +83,7 @@ TEST(PlanIo, HardwareRoundTrip) {
   const Hardware back = hardware_from_json(hardware_to_json(hw));
   EXPECT_EQ(hardware_to_json(back), hardware_to_json(hw));
   EXPECT_EQ(back.h2d_bandwidth, hw.h2d_bandwidth);
+  EXPECT_EQ(back.pcie_duplex_bandwidth, 94e9);
 }
 
 // Each malformed input must be rejected with Error{kFormat} whose message contains `where`.
@@ -99,6 +102,16 @@ std::string replace(std::string s, const std::string& from, const std::string& t
   const auto at = s.find(from);
   EXPECT_NE(at, std::string::npos) << from;
   return s.replace(at, from.size(), to);
+}
+
+// Plans written before the shared cap was modelled have no such member: each direction at its own rate.
+TEST(PlanIo, APlanWithoutTheDuplexCapReadsAsNone) {
+  const std::string old =
+      replace(plan_to_json(sample_plan()), "\"pcie_duplex_bandwidth\": 94000000000.0,", "");
+  EXPECT_EQ(plan_from_json(old).hardware.pcie_duplex_bandwidth, 0.0);
+  expect_rejected(
+      replace(plan_to_json(sample_plan()), "\"pcie_duplex_bandwidth\": 9", "\"pcie_duplex_bandwidth\": -9"),
+      "$.hardware.pcie_duplex_bandwidth");
 }
 
 TEST(PlanIo, MalformedFilesAreRejectedWithWhereAndWhy) {

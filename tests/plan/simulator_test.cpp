@@ -109,6 +109,34 @@ TEST(Simulator, SsdTrafficBouncesThroughPcieWithoutGds) {
   EXPECT_EQ(r.channels[1].bytes, 0u);
 }
 
+// With both PCIe directions busy the link gives them pcie_duplex_bandwidth together.
+TEST(Simulator, BothPcieDirectionsAtOnceShareTheDuplexCap) {
+  trace::Trace t = unit_trace(6);
+  const auto a = add(t, kGB, {0, 5});
+  const auto b = add(t, kGB, {0, 5});
+  Plan p;
+  // B leaves alone in op 1; then A leaves (due before op 3) while B comes back, both in op 2.
+  p.migrations = {offload(b, kGB, 1, 2), offload(a, kGB, 2, 3), prefetch(b, kGB, 2, 5),
+                  prefetch(a, kGB, 4, 5)};
+  Hardware hw = unit_hardware();
+  auto r = simulate(t, p, hw);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 6.0) << r.describe(t);
+  EXPECT_DOUBLE_EQ(r.stall_s, 0.0);
+
+  hw.pcie_duplex_bandwidth = 1.5e9;  // 0.75 GB/s each way while both run: A's offload takes 4/3 s
+  r = simulate(t, p, hw);
+  EXPECT_NEAR(r.stall_per_op[3], 1.0 / 3.0, 1e-9) << r.describe(t);
+  EXPECT_NEAR(r.step_time_s, 6.0 + 1.0 / 3.0, 1e-9);
+  EXPECT_EQ(r.channels[0].bytes, 2 * kGB);  // every byte still moves
+  EXPECT_EQ(r.channels[1].bytes, 2 * kGB);
+  EXPECT_NEAR(r.channels[0].busy_s, 1.0 + 4.0 / 3.0, 1e-9);  // B alone at full rate, A shared
+  EXPECT_TRUE(r.ok()) << r.describe(t);
+
+  hw.pcie_duplex_bandwidth = 2e9;  // no less than both directions' own rates: no effect
+  r = simulate(t, p, hw);
+  EXPECT_DOUBLE_EQ(r.step_time_s, 6.0);
+}
+
 TEST(Simulator, ChannelServesUrgentThenEarliestDeadline) {
   trace::Trace t = unit_trace(6);
   const auto b = add(t, kGB, {0, 5});

@@ -29,6 +29,10 @@ inline void add_hardware_options(Options& opts) {
   opts.add("pcie", "PCIe bandwidth each way (sets --d2h and --h2d)");
   opts.add("d2h", "device-to-host bandwidth" + otherwise(format_bandwidth(d.d2h_bandwidth)));
   opts.add("h2d", "host-to-device bandwidth" + otherwise(format_bandwidth(d.h2d_bandwidth)));
+  opts.add("pcie-duplex",
+           "PCIe bandwidth of both directions together while both are busy (simulator only; the "
+           "H100 machines: 94GB/s); 0: each direction at its own rate" +
+               otherwise("0"));
   opts.add("ssd-write",
            "SSD write bandwidth, all paths together" + otherwise(format_bandwidth(d.ssd_write_bandwidth)));
   opts.add("ssd-read",
@@ -44,6 +48,7 @@ inline plan::Hardware hardware_from_options(const Options& opts, plan::Hardware 
   if (opts.has("pcie")) hw.d2h_bandwidth = hw.h2d_bandwidth = opts.bandwidth("pcie");
   if (opts.has("d2h")) hw.d2h_bandwidth = opts.bandwidth("d2h");
   if (opts.has("h2d")) hw.h2d_bandwidth = opts.bandwidth("h2d");
+  if (opts.has("pcie-duplex")) hw.pcie_duplex_bandwidth = opts.bandwidth("pcie-duplex");
   if (opts.has("ssd-write")) hw.ssd_write_bandwidth = opts.bandwidth("ssd-write");
   if (opts.has("ssd-read")) hw.ssd_read_bandwidth = opts.bandwidth("ssd-read");
   if (opts.has("latency")) hw.request_latency_s = opts.duration("latency");

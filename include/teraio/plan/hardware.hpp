@@ -10,11 +10,16 @@
 namespace teraio::plan {
 
 struct Hardware {
-  std::uint64_t gpu_budget = 0;        // bytes of device memory tracked tensors may occupy
-  std::uint64_t host_capacity = 0;     // pinned host tier cap; 0 disables the tier
-  std::uint64_t ssd_capacity = 0;      // SSD tier capacity (all paths together); 0 disables it
-  double d2h_bandwidth = 55e9;         // bytes/s, device to host (PCIe)
-  double h2d_bandwidth = 55e9;         // bytes/s, host to device (PCIe)
+  std::uint64_t gpu_budget = 0;     // bytes of device memory tracked tensors may occupy
+  std::uint64_t host_capacity = 0;  // pinned host tier cap; 0 disables the tier
+  std::uint64_t ssd_capacity = 0;   // SSD tier capacity (all paths together); 0 disables it
+  double d2h_bandwidth = 55e9;      // bytes/s, device to host (PCIe)
+  double h2d_bandwidth = 55e9;      // bytes/s, host to device (PCIe)
+  // bytes/s of both PCIe directions together while both are busy, shared in proportion to
+  // their own rates (the H100 machines: 94e9 against 55e9 each way); 0: each at its own rate.
+  // Only the simulator's channels use it (and so the planner's replays in its search for
+  // planned waits); the planner's booking and the step bound take each direction on its own.
+  double pcie_duplex_bandwidth = 0;
   double ssd_write_bandwidth = 2.2e9;  // bytes/s, all SSD paths together
   double ssd_read_bandwidth = 1.7e9;   // bytes/s, all SSD paths together
   bool gpudirect = false;              // SSD traffic bypasses the PCIe/host channel
