@@ -151,6 +151,7 @@ void check_inputs(const trace::Trace& trace, const Hardware& hw) {
                 cat("make_plan: the GPU memory budget ", hw.gpu_budget, " bytes is out of range"));
   const std::pair<const char*, double> rates[] = {{"d2h_bandwidth", hw.d2h_bandwidth},
                                                   {"h2d_bandwidth", hw.h2d_bandwidth},
+                                                  {"pcie_duplex_bandwidth", hw.pcie_duplex_bandwidth},
                                                   {"ssd_write_bandwidth", hw.ssd_write_bandwidth},
                                                   {"ssd_read_bandwidth", hw.ssd_read_bandwidth},
                                                   {"request_latency_s", hw.request_latency_s}};

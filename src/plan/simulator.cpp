@@ -133,7 +133,11 @@ class Engine {
   // no other transfer is committed beyond the moment the compute stream resumes.
   void wait_for(std::uint32_t id) {
     while (channels_.request(id).end == kNever) {
-      if (!advance(channels_.completion_bound(id)) && !channels_.schedule_one())
+      // A stretched slice (the shared PCIe rate) ends after the bound, which closes in on its
+      // end geometrically: once the rest is below what a double resolves, step just past it
+      // rather than commit the next slice to its end (urgent work could no longer cut it).
+      const double bound = channels_.completion_bound(id);
+      if (!advance(bound) && !advance(std::nextafter(bound, kNever)) && !channels_.schedule_one())
         throw_internal("simulator: a request can never be scheduled");
     }
     now_ = std::max(now_, channels_.request(id).end);
@@ -508,6 +512,10 @@ SimulationResult simulate(const trace::Trace& trace, const Plan& plan, const Har
   if (!std::isfinite(hardware.request_latency_s) || hardware.request_latency_s < 0)
     throw Error(ErrorKind::kInvalidArgument,
                 cat("simulate: request latency ", hardware.request_latency_s, " is not a finite time >= 0"));
+  if (!std::isfinite(hardware.pcie_duplex_bandwidth) || hardware.pcie_duplex_bandwidth < 0)
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("simulate: PCIe bandwidth both ways at once ", hardware.pcie_duplex_bandwidth,
+                    " is not a finite rate >= 0"));
   // Only the routes the plan uses need bandwidth: the planner accepts a switched-off channel
   // (bandwidth 0) and plans around it, so its plans must replay.
   for (std::size_t m = 0; m < plan.migrations.size(); ++m) {

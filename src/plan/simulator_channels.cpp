@@ -105,7 +105,8 @@ bool Channels::schedule_next(double limit) {
     spans.push_back({start, slice_end, bytes, r.migration, id, first_slice});
   }
   if (end > limit) {
-    r.remaining_s[leg] -= served;
+    // Unstretched, the same arithmetic as without a shared cap, so results stay bit for bit.
+    r.remaining_s[leg] = factor == 1.0 ? end - limit : r.remaining_s[leg] - served;
     server.ready.push(id);
     return true;
   }

@@ -137,6 +137,36 @@ TEST(Simulator, BothPcieDirectionsAtOnceShareTheDuplexCap) {
   EXPECT_DOUBLE_EQ(r.step_time_s, 6.0);
 }
 
+// A wait for a transfer while the other direction runs stretched must not commit that other
+// transfer to its end: the offload here finishes at 13.33 s and the 10 GB tensor needs no
+// fetch of its own (committed to its end, it would cost op 13 two seconds).
+TEST(Simulator, WaitingUnderTheDuplexCapDoesNotCommitTheOtherDirection) {
+  trace::Trace t = unit_trace(20);
+  const auto a = add(t, kGB, {0, 3});
+  const auto b = add(t, 10 * kGB, {0, 19});
+  add(t, 10 * kGB, {13, 16});
+  Plan p;
+  p.migrations = {offload(a, kGB, 1, 2), offload(b, 10 * kGB, 3, 18), prefetch(a, kGB, 3, 3),
+                  prefetch(b, 10 * kGB, 18, 19)};
+  Hardware hw = unit_hardware(12 * kGB);
+  hw.pcie_duplex_bandwidth = 1.5e9;
+  SimulationOptions options;
+  options.enforce_budget = true;
+  const auto r = simulate(t, p, hw, options);
+  EXPECT_NEAR(r.stall_per_op[13], 0.0, 1e-9) << r.describe(t);
+  EXPECT_NEAR(r.step_time_s, 30.0 + 1.0 / 3.0, 1e-9);
+}
+
+TEST(Simulator, ASharedPcieRateMustBeAFiniteRate) {
+  trace::Trace t = unit_trace(2);
+  Hardware hw = unit_hardware();
+  hw.pcie_duplex_bandwidth = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(simulate(t, Plan{}, hw), Error);
+  hw.pcie_duplex_bandwidth = -1;
+  EXPECT_THROW(simulate(t, Plan{}, hw), Error);
+  EXPECT_THROW(make_plan(t, hw), Error);
+}
+
 TEST(Simulator, ChannelServesUrgentThenEarliestDeadline) {
   trace::Trace t = unit_trace(6);
   const auto b = add(t, kGB, {0, 5});
