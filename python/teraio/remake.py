@@ -106,7 +106,11 @@ class _Saved:
 
 # How many recipes this thread is making now: what a recipe reads of its node's saved inputs is
 # its own read, not one of the reads autograd owes the saved tensor.
-_making = threading.local()
+class _Making(threading.local):
+    depth = 0
+
+
+_making = _Making()
 
 
 @dataclasses.dataclass(eq=False)
@@ -130,7 +134,7 @@ class Remade:
         # changed in place between two reads would have failed the second one.
         self.saved.check()
         base = self.made if self.made is not None else self._make()
-        if getattr(_making, "depth", 0) == 0:
+        if _making.depth == 0:
             self.readers -= 1
         # Held for the reads still to come; one more than there were saves (a second backward with
         # retain_graph) makes it again rather than keep it for good.
@@ -138,7 +142,7 @@ class Remade:
         return layout.view(base)
 
     def _make(self):
-        _making.depth = getattr(_making, "depth", 0) + 1
+        _making.depth += 1
         try:
             with torch.no_grad():
                 base = _REMADE_BY[type(self.node).__name__](self.node)

@@ -37,7 +37,8 @@ TEST(Sweep, HardwareFollowsTheMode) {
   EXPECT_EQ(all.ssd_write_bandwidth, 16e9);
   EXPECT_EQ(all.host_capacity, base.host_capacity);
   EXPECT_THROW(sweep_hardware(base, 0, SweepMode::kSsd), Error);
-  // A shared PCIe cap keeps its share of both directions' rates: 94 of 2 x 55, so 16 at 2 x 16 x 94 / 110.
+  // A shared PCIe cap keeps its share of both directions' rates (94 of 2 x 55 GB/s): at 16 GB/s
+  // each way, 32 x 94 / 110.
   base.pcie_duplex_bandwidth = 94e9;
   EXPECT_DOUBLE_EQ(sweep_hardware(base, 16e9, SweepMode::kAllChannels).pcie_duplex_bandwidth,
                    32e9 * 94.0 / 110.0);
