@@ -81,7 +81,7 @@ def main(argv=None):
     p.add_argument("--host", default="40GiB", help="host tier capacity (default 40GiB)")
     p.add_argument("--pcie", default="55GB/s", help="link bandwidth each way (default 55GB/s, WORKLOADS.md)")
     p.add_argument("--pcie-duplex", help="both directions together while both are busy, e.g. 94GB/s (WORKLOADS.md); "
-                                         "the simulated plan runs with it, the bound does not model it (default: none)")
+                                         "the simulated plan and the bound both take it (default: none)")
     p.add_argument("--teraio", help="the teraio CLI (default: build/tools/teraio/teraio, else PATH)")
     args = p.parse_args(argv)
     cli = find_cli(args.teraio)
@@ -90,7 +90,7 @@ def main(argv=None):
     for name, trace, _ in args.configs:
         if not trace.is_file():
             p.error(f"{name}: no trace at {trace}")
-    both = f", {args.pcie_duplex} both ways at once (simulated plan only)" if args.pcie_duplex else ""
+    both = f", {args.pcie_duplex} both ways at once" if args.pcie_duplex else ""
     print(f"budget {args.budget}, host tier {args.host}, {args.pcie} each way{both}, ideal {args.ideal:.3f} s\n")
     print("| configuration | profiled (s) | compute (s) | scale | planned, simulated (s) | over budget | bound (s) |"
           " bound's reason |")

@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "shared_link.hpp"
 #include "teraio/core/strings.hpp"
 #include "teraio/core/units.hpp"
 #include "teraio/plan/simulator.hpp"
@@ -15,6 +16,9 @@ namespace {
 constexpr std::size_t kMaxOps = 256;
 constexpr std::size_t kPerRun = 4;
 constexpr std::size_t kMaxCandidates = 2048;
+// Operators examined besides the most over budget, and paired under the shared link rate
+// (below): the most over budget in each of this many slices of every phase (slice_peaks).
+constexpr std::size_t kSlices = 64;
 
 // A tensor that could be off the device while operator k runs: it must leave after
 // `release` (the end of its previous use) and be back by `deadline` (the start of its next
@@ -170,6 +174,46 @@ std::vector<std::size_t> candidates(const std::vector<std::uint64_t>& demand, st
   return picked;
 }
 
+// In each phase of the step (forward, backward, optimizer, other), the operator most over the
+// budget in each of kSlices slices of that phase's time, if any is over. Equal time, not equal
+// operator counts, and per phase: an optimizer of a few hundred long operators at the end of a
+// backward pass of hundreds of thousands keeps its own slices, though its demand is lower.
+std::vector<std::size_t> slice_peaks(const trace::Trace& t, const std::vector<std::uint64_t>& demand,
+                                     std::uint64_t budget) {
+  std::vector<std::size_t> peaks;
+  for (const trace::Phase phase :
+       {trace::Phase::kForward, trace::Phase::kBackward, trace::Phase::kOptimizer, trace::Phase::kOther}) {
+    double total = 0;
+    for (const trace::Operator& op : t.ops)
+      if (op.phase == phase) total += op.duration_s;
+    std::vector<std::size_t> best(kSlices, demand.size());
+    double at = 0;
+    for (std::size_t k = 0; k < t.ops.size(); ++k) {
+      if (t.ops[k].phase != phase) continue;
+      const auto slice =
+          total > 0 ? std::min(kSlices - 1, static_cast<std::size_t>(at / total * double(kSlices))) : 0;
+      at += t.ops[k].duration_s;
+      std::size_t& b = best[slice];
+      if (demand[k] > budget && (b == demand.size() || demand[k] > demand[b])) b = k;
+    }
+    for (const std::size_t k : best)
+      if (k < demand.size()) peaks.push_back(k);
+  }
+  std::sort(peaks.begin(), peaks.end());
+  return peaks;
+}
+
+// The first `need` bytes of `w` in its order, the last in part, as (moment, bytes) by moment.
+std::vector<Timed> first_bytes(const std::vector<Window>& w, double need, bool by_deadline) {
+  std::vector<Timed> chosen;
+  for (std::size_t i = 0; i < w.size() && need > 0; ++i) {
+    chosen.push_back({by_deadline ? w[i].deadline : w[i].release, std::min(need, w[i].bytes)});
+    need -= w[i].bytes;
+  }
+  std::sort(chosen.begin(), chosen.end(), [](const Timed& a, const Timed& b) { return a.at < b.at; });
+  return chosen;
+}
+
 }  // namespace
 
 StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
@@ -212,9 +256,25 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
       return b;
     }
   }
+  // While both PCIe directions are busy they share pcie_duplex_bandwidth (shared_link.hpp).
+  const bool pcie = host || (ssd && !hw.gpudirect);
+  const double pcie_both = std::min(hw.pcie_duplex_bandwidth, hw.d2h_bandwidth + hw.h2d_bandwidth);
+  const bool shared = pcie && hw.pcie_duplex_bandwidth > 0 && pcie_both < hw.d2h_bandwidth + hw.h2d_bandwidth;
+  const LinkRates rates{
+      in_bw, out_bw,
+      pcie_both + (ssd && hw.gpudirect ? hw.ssd_read_bandwidth + hw.ssd_write_bandwidth : 0.0)};
+  // The slices' peaks are examined alone too: without them an optimizer's operators, less over
+  // the budget than the backward pass's, were never examined, and on W3 one binds.
+  const std::vector<std::size_t> sliced = slice_peaks(t, demand, hw.gpu_budget);
+  std::vector<std::size_t> examined = candidates(demand, hw.gpu_budget), paired;
+  examined.insert(examined.end(), sliced.begin(), sliced.end());
+  std::sort(examined.begin(), examined.end());
+  examined.erase(std::unique(examined.begin(), examined.end()), examined.end());
+  if (shared) paired = sliced;
+  std::vector<Forced> forced;
   std::vector<Window> windows, changed;
   std::vector<Arc> arcs;
-  for (const std::size_t k : candidates(demand, hw.gpu_budget)) {
+  for (const std::size_t k : examined) {
     const double need = double(demand[k] - hw.gpu_budget);
     windows.clear();
     // Tensors whose previous use only read them may hold a valid copy off the device from an
@@ -243,6 +303,10 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
     const double traffic = std::max(need_out / out_bw, need / in_bw);
     const double stall_out = need_out > 0 ? out_stall(changed, need_out, out_bw, start[k]) : 0.0;
     const InStall in = in_stall(windows, need, in_bw, start[k + 1], k + 1);
+    // in_stall and out_stall left the windows in the order they choose them.
+    if (std::binary_search(paired.begin(), paired.end(), k))
+      forced.push_back({k, start[k], start[k + 1], first_bytes(windows, need, true),
+                        first_bytes(changed, need_out, false)});
     if (in.stall > 0)
       arcs.push_back({static_cast<std::int64_t>(k + 1), static_cast<std::int64_t>(in.window_end), in.stall,
                       static_cast<trace::OpIndex>(k)});
@@ -262,8 +326,30 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
                          "stalls at least ",
                          format_duration(stall));
   }
-  // Operators whose returns must cross the incoming link in stretches of the step that do not
-  // overlap (one per micro-batch, say) each cost their own stall: the sum is a bound too.
+  // Under the shared rate, one operator's returns and another's departures in the same stretch.
+  // Each operator keeps its pairing with the most stall as a stretch that can add up (below).
+  for (const Forced& after : forced) {
+    Arc most{0, 0, 0, 0};
+    for (const Forced& before : forced) {
+      const double stall = shared_link_stall(after, before, step, rates);
+      if (stall <= most.stall) continue;
+      most = {static_cast<std::int64_t>(after.op + 1),
+              static_cast<std::int64_t>(before.op + (before.op <= after.op ? n : 0)), stall,
+              static_cast<trace::OpIndex>(after.op)};
+      if (step + stall <= b.bound_s) continue;
+      b.bound_s = step + stall;
+      b.binding_op = static_cast<trace::OpIndex>(after.op);
+      b.reason =
+          cat("the returns after operator ", after.op, " (", t.ops[after.op].name,
+              ") and the departures before operator ", before.op, " (", t.ops[before.op].name,
+              ") share the link's ", format_bandwidth(hw.pcie_duplex_bandwidth),
+              " both ways at once in the stretch between them: stall at least ", format_duration(stall));
+    }
+    if (most.stall > 0) arcs.push_back(most);
+  }
+  // Operators whose returns (or returns and departures) must cross the link in stretches of
+  // the step that do not overlap (one per micro-batch, say) each cost their own stall: the sum
+  // is a bound too.
   std::vector<trace::OpIndex> peaks;
   const double combined = step + disjoint_stalls(std::move(arcs), static_cast<std::int64_t>(n), peaks);
   if (peaks.size() > 1 && combined > b.bound_s) {
@@ -273,7 +359,7 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
     b.peaks = peaks.size();
     b.reason = cat(peaks.size(), " operators (first ", peaks.front(), " (", t.ops[peaks.front()].name,
                    "), last ", peaks.back(), " (", t.ops[peaks.back()].name,
-                   ")) must each bring tensors back in stretches of the step that do not overlap: "
+                   ")) must each move tensors across the link in stretches of the step that do not overlap: "
                    "their stalls add up to at least ",
                    format_duration(combined - step));
   }

@@ -508,6 +508,24 @@ TEST(StepBound, EveryRunOfOperatorsOverTheBudgetIsExamined) {
   EXPECT_EQ(b.binding_op, 261u);
 }
 
+TEST(StepBound, AnOptimizerLessOverTheBudgetThanTheBackwardPassIsExamined) {
+  // 1 GB/s; the budget is 4 GB. Ops 1..299 (backward) and 300 (optimizer) use R (4 GB); L
+  // (2 GB, read at op 0, idle until op 301) makes ops 1..300 6 GB, all 2 GB over, and only at
+  // op 300 is L due right after: 2 s of stall. Op 300 is over by no more than the 299 before
+  // it, so it is neither among the 256 most over nor among its run's first 4; it is the
+  // optimizer's only peak, and every phase's peaks are examined: 302 s + 2 s.
+  trace::Trace t = unit_trace(302);
+  for (std::size_t k = 0; k < t.ops.size(); ++k)
+    t.ops[k].phase = k < 300 ? trace::Phase::kBackward : trace::Phase::kOptimizer;
+  std::vector<trace::OpIndex> region(300);
+  for (std::size_t i = 0; i < region.size(); ++i) region[i] = static_cast<trace::OpIndex>(i + 1);
+  add(t, 4 * kGB, region);                   // R
+  add_read_then_idle(t, 2 * kGB, {0, 301});  // L
+  const StepBound b = step_time_bound(t, unit_hardware(4 * kGB));
+  EXPECT_DOUBLE_EQ(b.bound_s, 304.0);
+  EXPECT_EQ(b.binding_op, 300u);
+}
+
 TEST(StepBound, NoSimulatedPlanBeatsIt) {
   // The bound holds against what the simulator makes of the reactive mode (no plan at all).
   trace::Trace t = unit_trace(6);

@@ -17,8 +17,9 @@ struct Hardware {
   double h2d_bandwidth = 55e9;      // bytes/s, host to device (PCIe)
   // bytes/s of both PCIe directions together while both are busy, shared in proportion to
   // their own rates (the H100 machines: 94e9 against 55e9 each way); 0: each at its own rate.
-  // Only the simulator's channels use it (and so the planner's replays in its search for
-  // planned waits); the planner's booking and the step bound take each direction on its own.
+  // The simulator's channels use it (and so the planner's replays in its search for planned
+  // waits), and the step bound where forced returns and departures meet (plan/shared_link);
+  // the planner's booking takes each direction on its own.
   double pcie_duplex_bandwidth = 0;
   double ssd_write_bandwidth = 2.2e9;  // bytes/s, all SSD paths together
   double ssd_read_bandwidth = 1.7e9;   // bytes/s, all SSD paths together

@@ -142,7 +142,9 @@ struct SimulationResult {
 // several operators (the peaks of successive micro-batches) must cross the incoming link in
 // stretches of the step that do not overlap, each stretch needs its own link time: their
 // stalls add up, and the largest such sum bounds the step too. The 256 operators most over
-// budget and the 4 most over it in every run of operators over budget are examined.
+// budget and the 4 most over it in every run of operators over budget are examined. With
+// pcie_duplex_bandwidth set, one operator's returns and a later one's departures that must
+// cross in the stretch between them share that rate (plan/shared_link), which adds stretches.
 struct StepBound {
   double ideal_s = 0;
   double bound_s = 0;             // >= ideal_s
