@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 
@@ -180,37 +181,37 @@ std::vector<std::size_t> candidates(const std::vector<std::uint64_t>& demand, st
 // backward pass of hundreds of thousands keeps its own slices, though its demand is lower.
 std::vector<std::size_t> slice_peaks(const trace::Trace& t, const std::vector<std::uint64_t>& demand,
                                      std::uint64_t budget) {
-  std::vector<std::size_t> peaks;
-  for (const trace::Phase phase :
-       {trace::Phase::kForward, trace::Phase::kBackward, trace::Phase::kOptimizer, trace::Phase::kOther}) {
-    double total = 0;
-    for (const trace::Operator& op : t.ops)
-      if (op.phase == phase) total += op.duration_s;
-    std::vector<std::size_t> best(kSlices, demand.size());
-    double at = 0;
-    for (std::size_t k = 0; k < t.ops.size(); ++k) {
-      if (t.ops[k].phase != phase) continue;
-      const auto slice =
-          total > 0 ? std::min(kSlices - 1, static_cast<std::size_t>(at / total * double(kSlices))) : 0;
-      at += t.ops[k].duration_s;
-      std::size_t& b = best[slice];
-      if (demand[k] > budget && (b == demand.size() || demand[k] > demand[b])) b = k;
-    }
-    for (const std::size_t k : best)
-      if (k < demand.size()) peaks.push_back(k);
+  constexpr std::size_t kPhases = static_cast<std::size_t>(trace::Phase::kOther) + 1;
+  std::array<double, kPhases> total{}, at{};
+  for (const trace::Operator& op : t.ops) total[static_cast<std::size_t>(op.phase)] += op.duration_s;
+  const std::size_t none = demand.size();
+  std::vector<std::size_t> best(kPhases * kSlices, none);
+  for (std::size_t k = 0; k < t.ops.size(); ++k) {
+    const auto phase = static_cast<std::size_t>(t.ops[k].phase);
+    const std::size_t slice =
+        total[phase] > 0 ? std::min(kSlices - 1, static_cast<std::size_t>(at[phase] / total[phase] * kSlices))
+                         : 0;
+    at[phase] += t.ops[k].duration_s;
+    std::size_t& b = best[phase * kSlices + slice];
+    if (demand[k] > budget && (b == none || demand[k] > demand[b])) b = k;
   }
+  std::vector<std::size_t> peaks;
+  for (const std::size_t k : best)
+    if (k != none) peaks.push_back(k);
   std::sort(peaks.begin(), peaks.end());
   return peaks;
 }
 
-// The first `need` bytes of `w` in its order, the last in part, as (moment, bytes) by moment.
+// The first `need` bytes of `w` in its order, the last in part, as (moment, bytes) by moment:
+// `w` as in_stall leaves it (latest deadline first) gives the returns, as out_stall leaves it
+// (earliest release first) the departures.
 std::vector<Timed> first_bytes(const std::vector<Window>& w, double need, bool by_deadline) {
   std::vector<Timed> chosen;
   for (std::size_t i = 0; i < w.size() && need > 0; ++i) {
     chosen.push_back({by_deadline ? w[i].deadline : w[i].release, std::min(need, w[i].bytes)});
     need -= w[i].bytes;
   }
-  std::sort(chosen.begin(), chosen.end(), [](const Timed& a, const Timed& b) { return a.at < b.at; });
+  if (by_deadline) std::reverse(chosen.begin(), chosen.end());
   return chosen;
 }
 
@@ -256,13 +257,13 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
       return b;
     }
   }
-  // While both PCIe directions are busy they share pcie_duplex_bandwidth (shared_link.hpp).
-  const bool pcie = host || (ssd && !hw.gpudirect);
-  const double pcie_both = std::min(hw.pcie_duplex_bandwidth, hw.d2h_bandwidth + hw.h2d_bandwidth);
-  const bool shared = pcie && hw.pcie_duplex_bandwidth > 0 && pcie_both < hw.d2h_bandwidth + hw.h2d_bandwidth;
-  const LinkRates rates{
-      in_bw, out_bw,
-      pcie_both + (ssd && hw.gpudirect ? hw.ssd_read_bandwidth + hw.ssd_write_bandwidth : 0.0)};
+  // While both PCIe directions are busy they share pcie_duplex_bandwidth (shared_link.hpp); a cap
+  // at or above their sum is none.
+  const bool shared = (host || (ssd && !hw.gpudirect)) && hw.pcie_duplex_bandwidth > 0 &&
+                      hw.pcie_duplex_bandwidth < hw.d2h_bandwidth + hw.h2d_bandwidth;
+  const LinkRates rates{in_bw, out_bw,
+                        hw.pcie_duplex_bandwidth +
+                            (ssd && hw.gpudirect ? hw.ssd_read_bandwidth + hw.ssd_write_bandwidth : 0.0)};
   // The slices' peaks are examined alone too: without them an optimizer's operators, less over
   // the budget than the backward pass's, were never examined, and on W3 one binds.
   const std::vector<std::size_t> sliced = slice_peaks(t, demand, hw.gpu_budget);
@@ -303,7 +304,6 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
     const double traffic = std::max(need_out / out_bw, need / in_bw);
     const double stall_out = need_out > 0 ? out_stall(changed, need_out, out_bw, start[k]) : 0.0;
     const InStall in = in_stall(windows, need, in_bw, start[k + 1], k + 1);
-    // in_stall and out_stall left the windows in the order they choose them.
     if (std::binary_search(paired.begin(), paired.end(), k))
       forced.push_back({k, start[k], start[k + 1], first_bytes(windows, need, true),
                         first_bytes(changed, need_out, false)});
