@@ -26,6 +26,10 @@ py::dict step_dict(const StepRecord& r) {
   d["device_stall_s"] = r.device_stall_s;
   d["device_waits"] = s.device_waits;
   d["callback_s"] = r.callback_s;
+  py::dict parts;
+  for (std::size_t p = 0; p < kCallbackParts; ++p)
+    parts[py::str(std::string(to_string(static_cast<CallbackPart>(p))))] = r.callback_parts_s[p];
+  d["callback_parts_s"] = parts;
   d["allocation_retries"] = s.allocation_retries;
   py::dict by_cause;
   for (std::size_t c = 0; c < runtime::kStallCauseCount; ++c)

@@ -81,7 +81,7 @@ Session::Session(SessionConfig config)
   engine.wrap_backend = config_.wrap_backend;
   engine.enqueue_host_copies = config_.enqueue_host_copies;
   store_ = std::make_unique<io::TierStore>(*copier_, engine);
-  memory_ = std::make_unique<StorageMemory>(table_, *copier_, device_);
+  memory_ = std::make_unique<StorageMemory>(table_, *copier_, device_, callback_parts_);
   runtime::ExecutorConfig executor_config;
   executor_config.budget = config_.gpu_budget;
   executor_ = std::make_unique<runtime::Executor>(*store_, *memory_, executor_config);
@@ -185,6 +185,7 @@ void Session::begin_step() {
     executor_->begin_step();
   }
   callback_ns_.store(0, std::memory_order_relaxed);
+  callback_parts_.take_s();
   step_start_ = std::chrono::steady_clock::now();
 }
 
@@ -207,6 +208,7 @@ StepRecord Session::end_step() {
 #endif
   record.time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count();
   record.callback_s = static_cast<double>(callback_ns_.exchange(0, std::memory_order_relaxed)) * 1e-9;
+  record.callback_parts_s = callback_parts_.take_s();
   if (observing_) {
     remove_dead();
     if (phase_ == SessionPhase::kPlanned && trace_ && op_counter_ != trace_->ops.size() && !diverged_) {

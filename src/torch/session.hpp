@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "callback_parts.hpp"
 #include "op_timer.hpp"
 #include "profile_recorder.hpp"
 #include "storage_memory.hpp"
@@ -114,6 +115,7 @@ struct StepRecord {
   // included: the runtime's own overhead plus the operator thread's waits (stats.stall_s),
   // which delay kernel launches wherever the host is not far ahead of the GPU.
   double callback_s = 0;
+  std::array<double, kCallbackParts> callback_parts_s{};  // parts of callback_s (callback_parts)
   std::size_t ops = 0;
   bool diverged = false;
   bool planned_now = false;  // the plan was made at the end of this step
@@ -178,6 +180,7 @@ class Session {
   // Observer entry points (any thread; operators of one session never run concurrently).
   struct OpState {
     bool counted = false;
+    bool view = false;  // a top-level operator that only makes views: let pass (op_views)
     OpIndex k = 0;
     std::uint32_t nested = 0;
     std::vector<TensorId> used;     // its inputs first, then storages born in it
@@ -243,6 +246,7 @@ class Session {
   std::unique_ptr<io::DeviceCopier> copier_;
   std::unique_ptr<io::TierStore> store_;
   StorageTable table_;
+  CallbackParts callback_parts_;  // declared before memory_, which times into it
   std::unique_ptr<StorageMemory> memory_;
   std::unique_ptr<runtime::Executor> executor_;
   std::unique_ptr<OpTimer> timer_;

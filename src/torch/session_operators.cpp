@@ -3,6 +3,7 @@
 // the operator, and how a failure inside a callback is carried to the training code.
 #include <algorithm>
 
+#include "op_views.hpp"
 #include "op_writes.hpp"
 #include "session.hpp"
 #include "teraio/core/error.hpp"
@@ -256,7 +257,10 @@ void Session::run_before_op(OpState& op) {
     // memory is short. Only the memory of settled transfers goes back per operator, after the
     // executor's work, so that the operator sees storages that own their memory
     // (recordStream, for one, skips an alias).
-    executor_->before_op(op.k, op.used, expected_births(op.k));
+    {
+      const CallbackParts::Timed timed(callback_parts_, CallbackPart::kBeforeOp);
+      executor_->before_op(op.k, op.used, expected_births(op.k));
+    }
     memory_->hand_back_settled(*executor_);
     for (const TensorId id : op.used) {
       c10::StorageImpl* impl = table_.find_id(id);
@@ -285,6 +289,8 @@ void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, 
     return;
   }
   op.counted = false;
+  op.view = only_makes_views(fn);
+  if (op.view) return;  // touches no bytes: nothing to fetch, no use to count
   const auto keep = [this](const at::Tensor& t) { return movable(t); };
   const std::vector<c10::Storage> inputs = storages_of(fn.inputs(), keep);
   // Writes matter only to kept copies: the profile of keep_copies, or a plan that keeps some.
@@ -328,6 +334,11 @@ void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, 
 void Session::on_op_end(const at::RecordFunction& fn, OpState& op, int depth) {
   interrupt_if_due();
   if (depth > 0 && !op.counted) return;
+  if (depth == 0 && op.view) {
+    // Its outputs share its input's storage, tracked (or not) as the input is.
+    op.view = false;
+    return;
+  }
   const std::vector<c10::Storage> outputs =
       storages_of(fn.outputs(), [this](const at::Tensor& t) { return movable(t); });
   std::lock_guard lock(mutex_);
@@ -388,6 +399,7 @@ void Session::finish_op(const at::RecordFunction& fn, OpState& op, int depth,
   }
   try {
     memory_->hand_back_settled(*executor_);
+    const CallbackParts::Timed timed(callback_parts_, CallbackPart::kAfterOp);
     executor_->after_op(op.k, op.used);
   } catch (...) {
     record_failure(std::current_exception(), {});

@@ -31,8 +31,13 @@ c10::DataPtr allocate_on(c10::StorageImpl* impl, c10::Device device) {
 
 }  // namespace
 
-StorageMemory::StorageMemory(StorageTable& table, io::DeviceCopier& copier, c10::Device device)
-    : table_(table), copier_(copier), device_(device), clock_(make_device_wait_clock(device)) {}
+StorageMemory::StorageMemory(StorageTable& table, io::DeviceCopier& copier, c10::Device device,
+                             CallbackParts& parts)
+    : table_(table),
+      copier_(copier),
+      device_(device),
+      parts_(parts),
+      clock_(make_device_wait_clock(device)) {}
 
 c10::intrusive_ptr<c10::StorageImpl> StorageMemory::live(TensorId id) const {
   // A freed storage must never be touched again: reviving it would free it twice.
@@ -115,6 +120,7 @@ void* StorageMemory::reallocate(TensorId id) {
   const c10::intrusive_ptr<c10::StorageImpl> impl = live(id);
   c10::DataPtr fresh;
   try {
+    const CallbackParts::Timed timed(parts_, CallbackPart::kAllocate);
     fresh = allocate_on(impl.get(), device_);
   } catch (const c10::OutOfMemoryError& error) {
     // Said in TeraIO's terms so that the executor can make room and retry.
@@ -147,6 +153,7 @@ void StorageMemory::hand_back_settled(const runtime::Executor& executor) {
   // Read before looking: a transfer settling meanwhile changes the count again.
   const std::uint64_t changes = executor.settled_changes();
   if (!held_changed_ && changes == changes_seen_) return;
+  const CallbackParts::Timed timed(parts_, CallbackPart::kHandBack);
   changes_seen_ = changes;
   held_changed_ = false;
   std::vector<TensorId> settled;

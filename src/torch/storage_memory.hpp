@@ -19,6 +19,7 @@
 
 #include <unordered_map>
 
+#include "callback_parts.hpp"
 #include "device_wait_clock.hpp"
 #include "storage_table.hpp"
 #include "teraio/io/device_copy.hpp"
@@ -28,7 +29,8 @@ namespace teraio::torch_binding {
 
 class StorageMemory final : public runtime::TensorMemory {
  public:
-  StorageMemory(StorageTable& table, io::DeviceCopier& copier, c10::Device device);
+  // `parts` times the allocations and hand-backs, for the step record.
+  StorageMemory(StorageTable& table, io::DeviceCopier& copier, c10::Device device, CallbackParts& parts);
   ~StorageMemory() override;
   StorageMemory(const StorageMemory&) = delete;
   StorageMemory& operator=(const StorageMemory&) = delete;
@@ -63,6 +65,7 @@ class StorageMemory final : public runtime::TensorMemory {
   StorageTable& table_;
   io::DeviceCopier& copier_;
   c10::Device device_;
+  CallbackParts& parts_;
   std::unique_ptr<DeviceWaitClock> clock_;
   // Owning pointers of the memory of transfers in flight, by tensor.
   std::unordered_map<TensorId, c10::DataPtr> held_;
