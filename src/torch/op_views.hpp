@@ -10,7 +10,9 @@
 namespace teraio::torch_binding {
 
 // True for the view operators named in op_views.cpp. `reshape`, `flatten`, `contiguous` and
-// the like are not among them: they copy when the input's strides do not allow a view.
+// the like are not among them: they copy when the input's strides do not allow a view. False
+// for `narrow` with a tensor start, and while Python runs inside operators (a dispatch mode,
+// or a subclass with __torch_dispatch__ as the input).
 bool only_makes_views(const at::RecordFunction& fn);
 
 }  // namespace teraio::torch_binding

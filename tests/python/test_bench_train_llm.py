@@ -66,13 +66,13 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
     # What held the host up: TeraIO's callbacks in its modes, Python's collector in every mode.
     assert all(s["callback_s"] > 0 for s in teraio_steps if s["measured"])
     # Its parts: the executor before and after each operator, and handing memory back, lie
-    # inside the callbacks; the allocations lie inside the executor's work.
+    # inside the callbacks, and so do the allocations (mostly inside the executor's work).
     for s in (s for s in teraio_steps if s["measured"]):
         parts = s["callback_parts_s"]
         assert set(parts) == {"before_op", "after_op", "allocate", "hand_back"}, parts
         assert parts["before_op"] > 0 and parts["allocate"] > 0, parts
         assert parts["before_op"] + parts["after_op"] + parts["hand_back"] <= s["callback_s"], (parts, s["callback_s"])
-        assert parts["allocate"] <= parts["before_op"] + parts["after_op"], parts
+        assert parts["allocate"] <= s["callback_s"], parts
     assert "- teraio-ssd: TeraIO's operator callbacks took" in markdown
     assert all(s["gc_s"] >= 0 and s["gc_collections"] >= 0 for e in table["modes"].values() for s in e["steps"]
                if s["measured"])

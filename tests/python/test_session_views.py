@@ -64,3 +64,37 @@ def test_a_view_of_a_tensor_that_is_away_fetches_nothing_and_reads_its_bytes():
     a = torch.randn(ELEMENTS)
     expected = a.view(64, 64).t()[1:].unsqueeze(0).mul(3).sum().item()
     assert sums_with_views == [expected] * 4
+
+
+def trace_names(tmp_path, step):
+    with teraio.Session(gpu_budget=0, device="cpu", warmup_steps=1, profile_steps=1) as session:
+        for _ in range(2):
+            with session.step():
+                step()
+        session.save_trace(tmp_path / "trace.json")
+    return [op["name"] for op in json.loads((tmp_path / "trace.json").read_text())["ops"]]
+
+
+def test_narrow_with_a_tensor_start_is_counted(tmp_path):
+    # narrow.Tensor reads its start (an item() inside it): not a view operator only.
+    x = torch.randn(64, 64)
+    start = torch.tensor(3)
+    assert trace_names(tmp_path, lambda: x.narrow(0, start, 8).mul(2)) == ["aten::narrow", "aten::mul"]
+    assert trace_names(tmp_path, lambda: x.narrow(0, 3, 8).mul(2)) == ["aten::mul"]
+
+
+def test_views_are_counted_under_a_python_dispatch_mode(tmp_path):
+    # Python runs inside every operator under a dispatch mode, and may read the bytes.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passthrough(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(64, 64)
+
+    def step():
+        with Passthrough():
+            x.t().mul(2)
+
+    assert trace_names(tmp_path, step)[:2] == ["aten::t", "aten::mul"]
