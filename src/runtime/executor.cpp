@@ -44,6 +44,16 @@ std::string_view to_string(StallCause cause) {
   return "unknown";
 }
 
+std::string_view to_string(BeforeOpPart part) {
+  switch (part) {
+    case BeforeOpPart::kRetire: return "retire";
+    case BeforeOpPart::kIssue: return "issue";
+    case BeforeOpPart::kResident: return "resident";
+    case BeforeOpPart::kRoom: return "room";
+  }
+  return "unknown";
+}
+
 std::string_view to_string(Mode mode) {
   switch (mode) {
     case Mode::kPassive: return "passive";
@@ -183,10 +193,20 @@ void Executor::before_op(OpIndex k, std::span<const TensorId> used, std::uint64_
   State& s = *state_;
   std::lock_guard lock(s.mutex);
   s.current_op = k;
-  s.then_rethrow(s.retire_completed(), [&] {
+  // Each phase's time goes to its part when the phase ends (a throw leaves it uncounted).
+  double mark = s.now_s();
+  const auto phase_done = [&](BeforeOpPart part) {
+    const double now = s.now_s();
+    s.stats.before_op_s[static_cast<std::size_t>(part)] += now - mark;
+    mark = now;
+  };
+  std::exception_ptr retired = s.retire_completed();
+  phase_done(BeforeOpPart::kRetire);
+  s.then_rethrow(retired, [&] {
     if (s.mode == Mode::kPlanned && k < s.migrations_before.size()) {
       for (const plan::Migration& m : s.migrations_before[k]) s.issue(m, k, used);
     }
+    phase_done(BeforeOpPart::kIssue);
     for (const TensorId id : used) {
       auto found = s.entries.find(id);
       if (found != s.entries.end()) s.make_resident(id, found->second, k, used);
@@ -195,7 +215,9 @@ void Executor::before_op(OpIndex k, std::span<const TensorId> used, std::uint64_
       auto found = s.entries.find(id);
       if (found != s.entries.end()) s.touch(id, found->second);
     }
+    phase_done(BeforeOpPart::kResident);
     s.make_room(k, used, incoming_bytes);
+    phase_done(BeforeOpPart::kRoom);
   });
 }
 

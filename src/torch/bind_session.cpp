@@ -30,6 +30,11 @@ py::dict step_dict(const StepRecord& r) {
   for (std::size_t p = 0; p < kCallbackParts; ++p)
     parts[py::str(std::string(to_string(static_cast<CallbackPart>(p))))] = r.callback_parts_s[p];
   d["callback_parts_s"] = parts;
+  py::dict before;
+  for (std::size_t p = 0; p < runtime::kBeforeOpParts; ++p)
+    before[py::str(std::string(runtime::to_string(static_cast<runtime::BeforeOpPart>(p))))] =
+        s.before_op_s[p];
+  d["before_op_parts_s"] = before;
   d["allocation_retries"] = s.allocation_retries;
   py::dict by_cause;
   for (std::size_t c = 0; c < runtime::kStallCauseCount; ++c)

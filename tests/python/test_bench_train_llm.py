@@ -73,6 +73,10 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
         assert parts["before_op"] > 0 and parts["allocate"] > 0, parts
         assert parts["before_op"] + parts["after_op"] + parts["hand_back"] <= s["callback_s"], (parts, s["callback_s"])
         assert parts["allocate"] <= s["callback_s"], parts
+        # before_op's own phases: retiring, issuing the plan's migrations, fetching, making room.
+        phases = s["before_op_parts_s"]
+        assert set(phases) == {"retire", "issue", "resident", "room"}, phases
+        assert 0 < sum(phases.values()) <= parts["before_op"], (phases, parts)
     assert "- teraio-ssd: TeraIO's operator callbacks took" in markdown
     assert all(s["gc_s"] >= 0 and s["gc_collections"] >= 0 for e in table["modes"].values() for s in e["steps"]
                if s["measured"])

@@ -97,6 +97,34 @@ TEST(ExecutorPlan, MissingPrefetchIsADemandFetchWithCorrectData) {
   EXPECT_EQ(stats.transfers[1].direction, plan::Direction::kPrefetch);
 }
 
+TEST(ExecutorPlan, BeforeOpTimesEachPhaseWhereItsWorkIs) {
+  Rig rig(0);
+  Executor& ex = rig.executor();
+  rig.add(7, kBytes);
+  ex.set_plan(plan_of({offload(7, kBytes, plan::Tier::kSsd, 1)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  const auto start = std::chrono::steady_clock::now();
+  ex.before_op(1, {});  // issues the offload
+  ex.drain();
+  const TensorId used[] = {7};
+  ex.before_op(2, used);  // a demand fetch: the tensor's bytes read back from the SSD tier
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const StepStats stats = ex.end_step();
+  const auto part = [&](BeforeOpPart p) { return stats.before_op_s[static_cast<std::size_t>(p)]; };
+  EXPECT_GT(part(BeforeOpPart::kIssue), 0.0);
+  EXPECT_GT(part(BeforeOpPart::kResident), 0.0);
+  // The fetch is the resident phase's, not the others': it waits for a read from a file.
+  EXPECT_GT(part(BeforeOpPart::kResident), part(BeforeOpPart::kRoom));
+  double sum = 0;
+  for (const double s : stats.before_op_s) {
+    EXPECT_GE(s, 0.0);
+    sum += s;
+  }
+  EXPECT_LE(sum, wall);
+  EXPECT_EQ(to_string(BeforeOpPart::kRoom), "room");
+}
+
 TEST(ExecutorPlan, PassiveModeIgnoresThePlan) {
   Rig rig(0);
   Executor& ex = rig.executor();

@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "teraio/io/tier_store.hpp"
@@ -79,6 +80,16 @@ struct StallSpan {
   StallCause cause = StallCause::kTransfer;
 };
 
+// The phases of Executor::before_op, in order.
+enum class BeforeOpPart : std::size_t {
+  kRetire,    // settled transfers retired, their memory and extents released
+  kIssue,     // the plan's migrations for the operator issued (allocations for prefetches included)
+  kResident,  // the operator's tensors made resident: demand fetches, take-backs, waits
+  kRoom,      // room made for its outputs: evictions
+};
+inline constexpr std::size_t kBeforeOpParts = 4;
+std::string_view to_string(BeforeOpPart part);
+
 struct StepStats {
   std::uint64_t step = 0;  // counts begin_step() calls from 0
   Mode mode = Mode::kPassive;
@@ -107,6 +118,9 @@ struct StepStats {
   std::uint64_t bytes_to_ssd = 0;
   std::uint64_t bytes_from_ssd = 0;
   std::uint64_t peak_resident = 0;  // highest tracked bytes holding device memory
+  // Host time in before_op() by phase (BeforeOpPart): where the operator thread's time goes
+  // when the GPU waits for it.
+  std::array<double, kBeforeOpParts> before_op_s{};
   std::vector<TransferSpan> transfers;
   std::vector<StallSpan> stalls;
 };
