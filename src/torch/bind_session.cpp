@@ -3,6 +3,8 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include <array>
+
 #include "bindings.hpp"
 #include "fault_injection.hpp"
 #include "session.hpp"
@@ -15,6 +17,14 @@
 namespace teraio::torch_binding {
 namespace {
 
+// Seconds indexed by an enum (stall causes, callback parts), keyed by each value's name.
+template <typename Enum, std::size_t N>
+py::dict by_name(const std::array<double, N>& seconds) {
+  py::dict d;
+  for (std::size_t i = 0; i < N; ++i) d[py::str(std::string(to_string(static_cast<Enum>(i))))] = seconds[i];
+  return d;
+}
+
 py::dict step_dict(const StepRecord& r) {
   const runtime::StepStats& s = r.stats;
   py::dict d;
@@ -26,21 +36,10 @@ py::dict step_dict(const StepRecord& r) {
   d["device_stall_s"] = r.device_stall_s;
   d["device_waits"] = s.device_waits;
   d["callback_s"] = r.callback_s;
-  py::dict parts;
-  for (std::size_t p = 0; p < kCallbackParts; ++p)
-    parts[py::str(std::string(to_string(static_cast<CallbackPart>(p))))] = r.callback_parts_s[p];
-  d["callback_parts_s"] = parts;
-  py::dict before;
-  for (std::size_t p = 0; p < runtime::kBeforeOpParts; ++p)
-    before[py::str(std::string(runtime::to_string(static_cast<runtime::BeforeOpPart>(p))))] =
-        s.before_op_s[p];
-  d["before_op_parts_s"] = before;
+  d["callback_parts_s"] = by_name<CallbackPart>(r.callback_parts_s);
+  d["before_op_parts_s"] = by_name<runtime::BeforeOpPart>(s.before_op_s);
   d["allocation_retries"] = s.allocation_retries;
-  py::dict by_cause;
-  for (std::size_t c = 0; c < runtime::kStallCauseCount; ++c)
-    by_cause[py::str(std::string(runtime::to_string(static_cast<runtime::StallCause>(c))))] =
-        s.stall_by_cause_s[c];
-  d["stall_by_cause_s"] = by_cause;
+  d["stall_by_cause_s"] = by_name<runtime::StallCause>(s.stall_by_cause_s);
   d["bytes_to_host"] = s.bytes_to_host;
   d["bytes_to_ssd"] = s.bytes_to_ssd;
   d["bytes_from_host"] = s.bytes_from_host;

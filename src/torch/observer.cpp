@@ -2,7 +2,6 @@
 
 #include <array>
 #include <atomic>
-#include <chrono>
 #include <cstring>
 #include <mutex>
 
@@ -41,23 +40,6 @@ bool is_optimizer_scope(const at::RecordFunction& fn) {
   return name != nullptr && std::strncmp(name, "Optimizer.step", 14) == 0;
 }
 
-// Charges the session with the time of one callback (RAII: also when it returns early).
-class CallbackClock {
- public:
-  explicit CallbackClock(Session& session) : session_(session), start_(std::chrono::steady_clock::now()) {}
-  ~CallbackClock() {
-    const auto elapsed = std::chrono::steady_clock::now() - start_;
-    session_.add_callback_time(
-        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()));
-  }
-  CallbackClock(const CallbackClock&) = delete;
-  CallbackClock& operator=(const CallbackClock&) = delete;
-
- private:
-  Session& session_;
-  std::chrono::steady_clock::time_point start_;
-};
-
 trace::Phase current_phase(const ThreadState& state) {
   if (state.optimizer > 0) return trace::Phase::kOptimizer;
   if (state.backward > 0) return trace::Phase::kBackward;
@@ -80,7 +62,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       const trace::Phase phase = current_phase(state);
       for (int i = 0; i < kMaxSessions; ++i) {
         if (Session* session = g_sessions[static_cast<std::size_t>(i)].load(std::memory_order_acquire)) {
-          const CallbackClock clock(*session);
+          const TimedNs clock(session->callback_ns());  // also when it returns early
           session->on_op_start(fn, state.ops[static_cast<std::size_t>(i)], depth, phase);
         }
       }
@@ -107,7 +89,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
       if (state.depth > 0) --state.depth;
       for (int i = 0; i < kMaxSessions; ++i) {
         if (Session* session = g_sessions[static_cast<std::size_t>(i)].load(std::memory_order_acquire)) {
-          const CallbackClock clock(*session);
+          const TimedNs clock(session->callback_ns());  // also when it returns early
           session->on_op_end(fn, state.ops[static_cast<std::size_t>(i)], state.depth);
         }
       }

@@ -191,8 +191,9 @@ class Session {
   };
   void on_op_start(const at::RecordFunction& fn, OpState& op, int depth, trace::Phase phase);
   void on_op_end(const at::RecordFunction& fn, OpState& op, int depth);
-  // Time the observer spent in this session's callbacks (any thread), for the step's record.
-  void add_callback_time(std::uint64_t ns) { callback_ns_.fetch_add(ns, std::memory_order_relaxed); }
+  // Nanoseconds the observer spends in this session's callbacks (any thread, through a TimedNs),
+  // for the step's record.
+  std::atomic<std::uint64_t>& callback_ns() { return callback_ns_; }
 
  private:
   // Refuses `call` on a closed session, inside a step or inside resident(); raises a pending

@@ -258,7 +258,7 @@ void Session::run_before_op(OpState& op) {
     // executor's work, so that the operator sees storages that own their memory
     // (recordStream, for one, skips an alias).
     {
-      const CallbackParts::Timed timed(callback_parts_, CallbackPart::kBeforeOp);
+      const TimedNs timed(callback_parts_.ns(CallbackPart::kBeforeOp));
       executor_->before_op(op.k, op.used, expected_births(op.k));
     }
     memory_->hand_back_settled(*executor_);
@@ -399,7 +399,7 @@ void Session::finish_op(const at::RecordFunction& fn, OpState& op, int depth,
   }
   try {
     memory_->hand_back_settled(*executor_);
-    const CallbackParts::Timed timed(callback_parts_, CallbackPart::kAfterOp);
+    const TimedNs timed(callback_parts_.ns(CallbackPart::kAfterOp));
     executor_->after_op(op.k, op.used);
   } catch (...) {
     record_failure(std::current_exception(), {});

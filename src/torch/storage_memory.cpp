@@ -120,7 +120,7 @@ void* StorageMemory::reallocate(TensorId id) {
   const c10::intrusive_ptr<c10::StorageImpl> impl = live(id);
   c10::DataPtr fresh;
   try {
-    const CallbackParts::Timed timed(parts_, CallbackPart::kAllocate);
+    const TimedNs timed(parts_.ns(CallbackPart::kAllocate));
     fresh = allocate_on(impl.get(), device_);
   } catch (const c10::OutOfMemoryError& error) {
     // Said in TeraIO's terms so that the executor can make room and retry.
@@ -153,7 +153,7 @@ void StorageMemory::hand_back_settled(const runtime::Executor& executor) {
   // Read before looking: a transfer settling meanwhile changes the count again.
   const std::uint64_t changes = executor.settled_changes();
   if (!held_changed_ && changes == changes_seen_) return;
-  const CallbackParts::Timed timed(parts_, CallbackPart::kHandBack);
+  const TimedNs timed(parts_.ns(CallbackPart::kHandBack));
   changes_seen_ = changes;
   held_changed_ = false;
   std::vector<TensorId> settled;

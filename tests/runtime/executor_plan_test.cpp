@@ -83,11 +83,13 @@ TEST(ExecutorPlan, MissingPrefetchIsADemandFetchWithCorrectData) {
   ex.set_plan(plan_of({offload(7, kBytes, plan::Tier::kSsd, 1)}));
   ex.set_mode(Mode::kPlanned);
   ex.begin_step();
-  ex.before_op(1, {});
+  const auto start = std::chrono::steady_clock::now();
+  ex.before_op(1, {});  // issues the offload
   ex.drain();
   ASSERT_EQ(ex.location(7), Location::kSsd);
   const TensorId used[] = {7};
-  ex.before_op(2, used);
+  ex.before_op(2, used);  // a demand fetch: the tensor's bytes read back from the SSD tier
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(ex.location(7), Location::kDevice);
   EXPECT_TRUE(rig.memory().intact(7));
   const StepStats stats = ex.end_step();
@@ -95,26 +97,12 @@ TEST(ExecutorPlan, MissingPrefetchIsADemandFetchWithCorrectData) {
   ASSERT_EQ(stats.transfers.size(), 2u);
   EXPECT_FALSE(stats.transfers[1].planned);
   EXPECT_EQ(stats.transfers[1].direction, plan::Direction::kPrefetch);
-}
 
-TEST(ExecutorPlan, BeforeOpTimesEachPhaseWhereItsWorkIs) {
-  Rig rig(0);
-  Executor& ex = rig.executor();
-  rig.add(7, kBytes);
-  ex.set_plan(plan_of({offload(7, kBytes, plan::Tier::kSsd, 1)}));
-  ex.set_mode(Mode::kPlanned);
-  ex.begin_step();
-  const auto start = std::chrono::steady_clock::now();
-  ex.before_op(1, {});  // issues the offload
-  ex.drain();
-  const TensorId used[] = {7};
-  ex.before_op(2, used);  // a demand fetch: the tensor's bytes read back from the SSD tier
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const StepStats stats = ex.end_step();
+  // before_op times each phase where its work is: the fetch is the resident phase's, not the
+  // others', since it waits for a read from a file.
   const auto part = [&](BeforeOpPart p) { return stats.before_op_s[static_cast<std::size_t>(p)]; };
   EXPECT_GT(part(BeforeOpPart::kIssue), 0.0);
   EXPECT_GT(part(BeforeOpPart::kResident), 0.0);
-  // The fetch is the resident phase's, not the others': it waits for a read from a file.
   EXPECT_GT(part(BeforeOpPart::kResident), part(BeforeOpPart::kRoom));
   double sum = 0;
   for (const double s : stats.before_op_s) {
