@@ -116,7 +116,7 @@ STEP_FIELDS = ("phase", "mode", "stall_s", "bytes_to_host", "bytes_from_host", "
                "demand_fetches", "evictions", "peak_resident")
 # Reported by newer native builds only (device-side waits): recorded when present.
 OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "allocation_retries", "stall_by_cause_s", "callback_s",
-                        "callback_parts_s", "before_op_parts_s",
+                        "callback_parts_s", "before_op_parts_s", "freed_scans", "freed_scan_s",
                         "dropped", "bytes_dropped", "copies_given_up", "retimed")
 PLAN_PREDICTIONS = ("predicted_step_s", "predicted_stall_s", "bound_step_s", "profiled_step_s")
 
@@ -698,6 +698,8 @@ def print_step(args, mode, record, total):
                 line += " (" + ", ".join(f"{name} {s:.3f}" for name, s in parts.items()) + ")"
             if parts := record.get("before_op_parts_s"):
                 line += " before_op: " + ", ".join(f"{name} {s:.3f}" for name, s in parts.items())
+            if record.get("freed_scans") is not None:
+                line += f" freed scans {record['freed_scans']} ({record['freed_scan_s']:.3f} s)"
     if record.get("gc_collections"):
         line += f" gc {record['gc_s']:.3f} s ({record['gc_collections']})"
     if record.get("alloc_retries") or record.get("device_allocs") or record.get("device_frees"):

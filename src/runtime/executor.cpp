@@ -184,6 +184,7 @@ void Executor::begin_step() {
   State& s = *state_;
   std::lock_guard lock(s.mutex);
   s.stats = StepStats{};
+  s.released.clear();
   s.stats.step = s.steps_begun++;
   s.stats.mode = s.mode;
   s.stats.peak_resident = s.resident;
@@ -192,6 +193,7 @@ void Executor::begin_step() {
 void Executor::before_op(OpIndex k, std::span<const TensorId> used, std::uint64_t incoming_bytes) {
   State& s = *state_;
   std::lock_guard lock(s.mutex);
+  s.begin_call();
   s.current_op = k;
   // Each phase's time goes to its part when the phase ends (a throw leaves it uncounted).
   double mark = s.now_s();
@@ -224,6 +226,11 @@ void Executor::before_op(OpIndex k, std::span<const TensorId> used, std::uint64_
 void Executor::after_op(OpIndex k, std::span<const TensorId> used) {
   State& s = *state_;
   std::lock_guard lock(s.mutex);
+  s.begin_call();
+  if (s.follows_plan()) {
+    const auto freed = s.next_uses.released_at(k);
+    s.released.insert(s.released.end(), freed.begin(), freed.end());
+  }
   s.then_rethrow(s.retire_completed(), [&] { s.make_room(k, used, 0); });
 }
 
@@ -245,6 +252,7 @@ void Executor::fetch(std::span<const TensorId> ids) {
 void Executor::fetch(std::span<const TensorId> ids, std::span<const TensorId> keep) {
   State& s = *state_;
   std::lock_guard lock(s.mutex);
+  s.begin_call();
   std::vector<TensorId> kept(keep.begin(), keep.end());
   kept.insert(kept.end(), ids.begin(), ids.end());
   s.then_rethrow(s.retire_completed(), [&] {
@@ -260,6 +268,7 @@ void Executor::fetch(std::span<const TensorId> ids, std::span<const TensorId> ke
 void Executor::fetch_all() {
   State& s = *state_;
   std::lock_guard lock(s.mutex);
+  s.begin_call();
   std::uint64_t total = 0;
   std::vector<TensorId> ids;
   ids.reserve(s.entries.size());

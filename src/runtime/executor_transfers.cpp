@@ -339,11 +339,30 @@ void Executor::State::forget(std::unordered_map<TensorId, Entry>::iterator found
 }
 
 void Executor::State::forget_freed(std::optional<TensorId> keep) {
+  if (std::exchange(freed_swept, true)) return;
+  const double start = now_s();
   std::vector<TensorId> freed;
   for (const auto& [id, e] : entries) {
     if (id != keep && !memory.alive(id)) freed.push_back(id);
   }
+  ++stats.freed_scans;
+  stats.freed_scan_s += now_s() - start;
   for (const TensorId id : freed) forget(entries.find(id));
+}
+
+void Executor::State::forget_released() {
+  if (std::exchange(released_swept, true)) return;
+  std::size_t still_alive = 0;
+  for (const TensorId id : released) {
+    const auto found = entries.find(id);
+    if (found == entries.end()) continue;
+    if (!memory.alive(id)) {
+      forget(found);
+      continue;
+    }
+    released[still_alive++] = id;
+  }
+  released.resize(still_alive);
 }
 
 void Executor::State::drain(bool keep_valid) {

@@ -14,8 +14,18 @@ NextUses::NextUses(const trace::Trace& trace) : step_ops_(trace.ops.size()) {
   }
   uses_.reserve(trace.tensors.size());
   for (const trace::Tensor& t : trace.tensors) {
-    if (!t.uses.empty()) uses_[t.id] = Uses{t.uses, t.persistent};
+    if (t.uses.empty()) continue;
+    uses_[t.id] = Uses{t.uses, t.persistent};
+    if (t.persistent) continue;
+    const trace::OpIndex released = trace::release_op(t);
+    if (released >= released_.size()) released_.resize(std::size_t{released} + 1);
+    released_[released].push_back(t.id);
   }
+}
+
+std::span<const trace::TensorId> NextUses::released_at(trace::OpIndex k) const {
+  if (k >= released_.size()) return {};
+  return released_[k];
 }
 
 std::uint64_t NextUses::after(trace::TensorId id, trace::OpIndex k) const {

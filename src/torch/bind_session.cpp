@@ -39,6 +39,8 @@ py::dict step_dict(const StepRecord& r) {
   d["callback_parts_s"] = by_name<CallbackPart>(r.callback_parts_s);
   d["before_op_parts_s"] = by_name<runtime::BeforeOpPart>(s.before_op_s);
   d["allocation_retries"] = s.allocation_retries;
+  d["freed_scans"] = s.freed_scans;
+  d["freed_scan_s"] = s.freed_scan_s;
   d["stall_by_cause_s"] = by_name<runtime::StallCause>(s.stall_by_cause_s);
   d["bytes_to_host"] = s.bytes_to_host;
   d["bytes_to_ssd"] = s.bytes_to_ssd;

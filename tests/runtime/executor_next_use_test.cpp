@@ -125,6 +125,69 @@ TEST(ExecutorNextUse, AStepLocalTensorUsedNoMoreGoesLastAndAnUnknownOneFirst) {
   EXPECT_EQ(evicted_at_operator_1(known, {3, 9}), std::vector<TensorId>{9});
 }
 
+// Budget of two tensors. Step-local tensor 1 is released at operator 0 (held one operator
+// after its use), tensor 2 at 1; persistent tensor 3 is used at 3. The program frees 1 and 2.
+TEST(ExecutorNextUse, APlannedStepLooksOnlyAtTheTensorsItsProfileSawFreed) {
+  trace::Trace t = trace_of({tensor(1, {0}, false), tensor(2, {0}, false), tensor(3, {3}, true)}, 4);
+  t.tensors[1].held_after_use = 1;
+  const NextUses next(t);
+  EXPECT_EQ(std::vector<TensorId>(next.released_at(0).begin(), next.released_at(0).end()),
+            std::vector<TensorId>{1});
+  EXPECT_EQ(std::vector<TensorId>(next.released_at(1).begin(), next.released_at(1).end()),
+            std::vector<TensorId>{2});
+  EXPECT_TRUE(next.released_at(3).empty());  // persistent tensors are never expected freed
+
+  Rig rig(2 * kBytes);
+  Executor& ex = rig.executor();
+  for (const TensorId id : {1, 2, 3}) rig.add(id, kBytes);
+  ex.set_plan(plan_of({}));
+  ex.set_next_uses(NextUses(t));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  const TensorId first[] = {1, 2};
+  ex.before_op(0, first);  // over the budget, nothing released yet: tensor 3 goes
+  ASSERT_EQ(ex.location(3), Location::kHost);
+  ex.after_op(0, first);
+  rig.memory().free_silently(1);
+  rig.memory().free_silently(2);
+  // Tensor 3 comes back: over the budget by one, and only tensor 1 (released at 0) is looked
+  // at; it makes the room. Tensor 2 is past operator 1 only after that operator.
+  const TensorId third[] = {3};
+  ex.before_op(1, third);
+  EXPECT_FALSE(ex.contains(1));
+  EXPECT_TRUE(ex.contains(2));
+  EXPECT_EQ(ex.location(3), Location::kDevice);
+  ex.after_op(1, third);
+  // A new output at operator 2: tensor 2 is looked at now and forgotten, not copied out.
+  ex.before_op(2, {}, 2 * kBytes);
+  EXPECT_FALSE(ex.contains(2));
+  EXPECT_EQ(rig.memory().copy_outs(2), 0);
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.freed_scans, 0u);  // never every tracked tensor
+  EXPECT_EQ(stats.evictions, 2u);    // 3 at operator 0, then 3 again for operator 2's output
+}
+
+TEST(ExecutorNextUse, AFreedTensorPickedForEvictionIsForgottenNotCopied) {
+  // Tensor 1 is persistent: no profile release lists it, yet the program frees it.
+  const trace::Trace t = trace_of({tensor(1, {0, 6}, true), tensor(2, {0, 2}, true)}, 8);
+  Rig rig(2 * kBytes);
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  rig.add(2, kBytes);
+  ex.set_plan(plan_of({}));
+  ex.set_next_uses(NextUses(t));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  rig.memory().free_silently(1);
+  ex.before_op(1, {}, kBytes);  // tensor 1, used furthest ahead, is the victim
+  EXPECT_FALSE(ex.contains(1));
+  EXPECT_EQ(rig.memory().copy_outs(1), 0);
+  EXPECT_EQ(ex.location(2), Location::kDevice);
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.evictions, 0u);
+  EXPECT_EQ(stats.freed_scans, 0u);
+}
+
 TEST(NextUses, CountsTheNextStepForPersistentTensorsAndTheNextOperatorForTheRest) {
   const NextUses next(four_operators());
   EXPECT_EQ(next.after(1, 0), 3u);

@@ -78,6 +78,32 @@ TEST(ExecutorReactive, FreedTensorsAreForgottenNotEvicted) {
   EXPECT_EQ(ex.end_step().evictions, 0u);
 }
 
+TEST(ExecutorReactive, LooksForFreedTensorsOncePerCall) {
+  Rig rig(2 * kBytes);
+  Executor& ex = rig.executor();
+  ex.set_mode(Mode::kReactive);
+  ex.begin_step();
+  for (TensorId id = 1; id <= 4; ++id) rig.add(id, kBytes);
+  ex.before_op(0, {}, 0);  // scan 1 (nothing freed), then evicts 1 and 2: the budget holds two
+  ASSERT_EQ(ex.location(1), Location::kHost);
+  ASSERT_EQ(ex.location(2), Location::kHost);
+  rig.memory().free_silently(3);
+  // Two demand fetches in one call, each over the budget: the first scans (scan 2) and
+  // forgets 3; the second does not scan again and evicts 4, the only idle tensor.
+  const TensorId away[] = {1, 2};
+  ex.fetch(away);
+  EXPECT_FALSE(ex.contains(3));
+  EXPECT_EQ(rig.memory().copy_outs(3), 0);
+  ASSERT_EQ(ex.location(4), Location::kHost);
+  // A later call scans again (scan 3): tensor 4, freed since, is forgotten.
+  rig.memory().free_silently(4);
+  ex.before_op(1, {}, kBytes);
+  EXPECT_FALSE(ex.contains(4));
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.freed_scans, 3u);
+  EXPECT_GE(stats.freed_scan_s, 0.0);
+}
+
 TEST(ExecutorReactive, ManyTensorsStayFast) {
   RigOptions options;
   options.host_capacity = 16 * kMiB;

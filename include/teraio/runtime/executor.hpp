@@ -113,6 +113,10 @@ struct StepStats {
   // Fetches whose allocation the device refused at first (memory TeraIO does not track, or
   // fragmentation): tensors were moved out beyond the budget and the allocation retried.
   std::uint64_t allocation_retries = 0;
+  // Scans of every tracked tensor for ones the program freed (memory short, see make_room),
+  // and their host time: at most one per executor call, since frees happen between calls.
+  std::uint64_t freed_scans = 0;
+  double freed_scan_s = 0;
   std::uint64_t bytes_to_host = 0;
   std::uint64_t bytes_from_host = 0;
   std::uint64_t bytes_to_ssd = 0;

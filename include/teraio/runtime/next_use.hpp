@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -35,12 +36,17 @@ class NextUses {
   // which frees it at its last use, never evicts it).
   std::uint64_t after(trace::TensorId id, trace::OpIndex k) const;
 
+  // The step-local tensors the profiled step had freed by the end of operator k
+  // (trace::release_op): from then on the program is expected to have let them go.
+  std::span<const trace::TensorId> released_at(trace::OpIndex k) const;
+
  private:
   struct Uses {
     std::vector<trace::OpIndex> ops;  // sorted
     bool persistent = false;
   };
   std::unordered_map<trace::TensorId, Uses> uses_;
+  std::vector<std::vector<trace::TensorId>> released_;  // by operator
   std::uint64_t step_ops_ = 0;
 };
 
