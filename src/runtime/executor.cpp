@@ -283,9 +283,11 @@ void Executor::fetch_all() {
   }
   s.then_rethrow(s.retire_completed(), [&] {
     for (const TensorId id : ids) {
-      State::Entry& e = s.entries.at(id);
-      s.make_resident(id, e, s.current_op, ids);
-      s.touch(id, e);
+      // Making room for an earlier one may have forgotten it (the program freed it).
+      const auto found = s.entries.find(id);
+      if (found == s.entries.end()) continue;
+      s.make_resident(id, found->second, s.current_op, ids);
+      s.touch(id, found->second);
     }
   });
 }

@@ -20,16 +20,16 @@ void Executor::State::make_room(OpIndex op, std::span<const TensorId> keep, std:
     // suffices (W3 at its budget's edge: ~1400 scans of every tracked tensor, 1.2 s per step).
     // A tensor freed otherwise is forgotten when picked for eviction (free_down_to).
     if (follows_plan()) {
-      forget_released();
+      forget_released(keep);
     } else {
-      forget_freed();
+      forget_freed(keep);
     }
   }
   free_down_to(op, keep, incoming, config.budget);
 }
 
 std::optional<TensorId> Executor::State::pick_victim(OpIndex op, std::span<const TensorId> keep) const {
-  const bool by_next_use = mode == Mode::kPlanned && !next_uses.empty();
+  const bool by_next_use = follows_plan();
   std::optional<TensorId> best;
   std::uint64_t best_next = 0;
   for (const auto& [last_use, id] : idle) {
@@ -137,9 +137,9 @@ void* Executor::State::allocate(TensorId id, Entry& e, std::span<const TensorId>
                " bytes: ", error.what());
   }
   ++stats.allocation_retries;
-  forget_freed();
   std::vector<TensorId> stay(keep.begin(), keep.end());
   stay.push_back(id);
+  forget_freed(stay);
   try {
     free_down_to(current_op, stay, 0, resident > e.bytes ? resident - e.bytes : 0);
   } catch (const Error& error) {

@@ -108,17 +108,19 @@ struct Executor::State {
   static bool in_flight_location(Location location) {
     return location == Location::kOffloading || location == Location::kFetching;
   }
-  // Set once forget_freed() has scanned in the current executor call: the program frees
-  // tensors between calls, not during one (under the mutex), so a second scan would find
-  // nothing. At the budget's edge every prefetch and demand fetch makes room, and a scan
+  // Set once forget_freed() has scanned in the current executor call. The training code frees
+  // tensors between the calls (its operators run outside them); one freed during a call, from
+  // another thread, is seen by the next call's scan, and an eviction checks its victim anyway
+  // (free_down_to). At the budget's edge every prefetch and demand fetch makes room, and a scan
   // looks at every tracked tensor. Cleared by begin_call().
   bool freed_swept = false;
+  void begin_call() { freed_swept = false; }
   // Planned steps: the step-local tensors past their profiled release (NextUses::released_at),
   // which the program is expected to have freed. make_room checks these few for liveness
-  // instead of every tracked tensor; those still alive stay listed. Cleared each step.
+  // instead of every tracked tensor; those still alive stay listed. Cleared each step: the
+  // owner forgets what was freed after a step's last operator at the step's end (the torch
+  // session's sweep), and free_down_to forgets any other freed tensor it picks.
   std::vector<TensorId> released;
-  bool released_swept = false;  // as freed_swept, for the list above
-  void begin_call() { freed_swept = released_swept = false; }
   // Whether this step follows a plan whose trace says which tensors the program frees when.
   bool follows_plan() const { return mode == Mode::kPlanned && !next_uses.empty(); }
   std::uint64_t use_clock = 0;
@@ -259,11 +261,11 @@ struct Executor::State {
 
   // Forgets every tensor the program has freed; only needed when memory is short, so the
   // owner does not have to report frees operator by operator. `keep` stays even if freed: the
-  // caller holds a reference to its entry (the program may free it from another thread).
+  // callers hold references to their entries (the program may free one from another thread).
   // Scans once per executor call (freed_swept).
-  void forget_freed(std::optional<TensorId> keep = std::nullopt);
-  // The same, looking only at `released`; once per executor call.
-  void forget_released();
+  void forget_freed(std::span<const TensorId> keep = {});
+  // The same, looking only at `released`.
+  void forget_released(std::span<const TensorId> keep);
 
   // What free_down_to throws when nothing more can be moved out.
   static bool no_room(const Error& error) {

@@ -48,7 +48,7 @@ bool Executor::State::start_offload(TensorId id, Entry& e, io::TierKind preferre
   if (!extent) {
     // Tensors the program freed while away keep their extents until they are forgotten, which
     // happens lazily; the plan counted their space free from their release.
-    forget_freed(id);
+    forget_freed(std::span<const TensorId>(&id, 1));
     extent = allocate_extent();
   }
   // Copies kept for later drops are a saving, not a need: a tensor that must leave comes first.
@@ -338,25 +338,24 @@ void Executor::State::forget(std::unordered_map<TensorId, Entry>::iterator found
   entries.erase(found);
 }
 
-void Executor::State::forget_freed(std::optional<TensorId> keep) {
+void Executor::State::forget_freed(std::span<const TensorId> keep) {
   if (std::exchange(freed_swept, true)) return;
   const double start = now_s();
   std::vector<TensorId> freed;
   for (const auto& [id, e] : entries) {
-    if (id != keep && !memory.alive(id)) freed.push_back(id);
+    if (!memory.alive(id) && !contains_id(keep, id)) freed.push_back(id);
   }
   ++stats.freed_scans;
   stats.freed_scan_s += now_s() - start;
   for (const TensorId id : freed) forget(entries.find(id));
 }
 
-void Executor::State::forget_released() {
-  if (std::exchange(released_swept, true)) return;
+void Executor::State::forget_released(std::span<const TensorId> keep) {
   std::size_t still_alive = 0;
   for (const TensorId id : released) {
     const auto found = entries.find(id);
     if (found == entries.end()) continue;
-    if (!memory.alive(id)) {
+    if (!memory.alive(id) && !contains_id(keep, id)) {
       forget(found);
       continue;
     }

@@ -77,9 +77,10 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
         phases = s["before_op_parts_s"]
         assert set(phases) == {"retire", "issue", "resident", "room"}, phases
         assert 0 < sum(phases.values()) <= parts["before_op"], (phases, parts)
-        # A step that followed its plan looked only at the storages its profile saw freed.
+        # A step that followed its plan looked only at the storages its profile saw freed, but for
+        # an allocation retry (or full tiers, which the tiny workload's never are).
         if s["mode"] == "planned":
-            assert s["freed_scans"] == 0 and s["freed_scan_s"] == 0, s
+            assert s["freed_scans"] <= s["allocation_retries"], s
     assert "- teraio-ssd: TeraIO's operator callbacks took" in markdown
     assert all(s["gc_s"] >= 0 and s["gc_collections"] >= 0 for e in table["modes"].values() for s in e["steps"]
                if s["measured"])

@@ -83,17 +83,23 @@ TEST(ExecutorNextUse, ReactiveStepsAndPlannedStepsWithoutNextUsesEvictTheLeastRe
   }
 }
 
+// Begins a planned step over `trace` on `rig`, whose tensors `ids` are resident.
+Executor& planned_step(Rig& rig, const trace::Trace& trace, const std::vector<TensorId>& ids) {
+  Executor& ex = rig.executor();
+  for (const TensorId id : ids) rig.add(id, kBytes);
+  ex.set_plan(plan_of({}));
+  ex.set_next_uses(NextUses(trace));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  return ex;
+}
+
 // Over the budget at operator 1, with the tensors `resident` (in that use
 // order, the first least recently used) idle; returns which of them went.
 std::vector<TensorId> evicted_at_operator_1(const trace::Trace& trace,
                                             const std::vector<TensorId>& resident) {
   Rig rig(resident.size() * kBytes);
-  Executor& ex = rig.executor();
-  for (const TensorId id : resident) rig.add(id, kBytes);
-  ex.set_plan(plan_of({}));
-  ex.set_next_uses(NextUses(trace));
-  ex.set_mode(Mode::kPlanned);
-  ex.begin_step();
+  Executor& ex = planned_step(rig, trace, resident);
   for (const TensorId id : resident) {
     const TensorId one[] = {id};
     ex.before_op(0, one);
@@ -138,12 +144,7 @@ TEST(ExecutorNextUse, APlannedStepLooksOnlyAtTheTensorsItsProfileSawFreed) {
   EXPECT_TRUE(next.released_at(3).empty());  // persistent tensors are never expected freed
 
   Rig rig(2 * kBytes);
-  Executor& ex = rig.executor();
-  for (const TensorId id : {1, 2, 3}) rig.add(id, kBytes);
-  ex.set_plan(plan_of({}));
-  ex.set_next_uses(NextUses(t));
-  ex.set_mode(Mode::kPlanned);
-  ex.begin_step();
+  Executor& ex = planned_step(rig, t, {1, 2, 3});
   const TensorId first[] = {1, 2};
   ex.before_op(0, first);  // over the budget, nothing released yet: tensor 3 goes
   ASSERT_EQ(ex.location(3), Location::kHost);
@@ -167,17 +168,33 @@ TEST(ExecutorNextUse, APlannedStepLooksOnlyAtTheTensorsItsProfileSawFreed) {
   EXPECT_EQ(stats.evictions, 2u);    // 3 at operator 0, then 3 again for operator 2's output
 }
 
+TEST(ExecutorNextUse, AStorageHeldPastItsProfiledReleaseIsForgottenOnceFreed) {
+  // Budget of three. Step-local tensor 1 is released at 0; persistent 2 and 3 are used next at
+  // 4 and 5. The program holds tensor 1 one operator longer than the profile said.
+  const trace::Trace t =
+      trace_of({tensor(1, {0}, false), tensor(2, {0, 4}, true), tensor(3, {0, 5}, true)}, 8);
+  Rig rig(3 * kBytes);
+  Executor& ex = planned_step(rig, t, {1, 2, 3});
+  const TensorId all[] = {1, 2, 3};
+  ex.before_op(0, all);
+  ex.after_op(0, all);
+  ex.before_op(1, {}, kBytes);  // tensor 1 is alive, so it stays listed; 3, used furthest ahead, goes
+  ASSERT_EQ(ex.location(3), Location::kHost);
+  ASSERT_TRUE(ex.contains(1));
+  rig.memory().free_silently(1);
+  ex.before_op(2, {}, 2 * kBytes);  // looked at again: forgotten, and 2 stays
+  EXPECT_FALSE(ex.contains(1));
+  EXPECT_EQ(ex.location(2), Location::kDevice);
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.evictions, 1u);
+  EXPECT_EQ(stats.freed_scans, 0u);
+}
+
 TEST(ExecutorNextUse, AFreedTensorPickedForEvictionIsForgottenNotCopied) {
   // Tensor 1 is persistent: no profile release lists it, yet the program frees it.
   const trace::Trace t = trace_of({tensor(1, {0, 6}, true), tensor(2, {0, 2}, true)}, 8);
   Rig rig(2 * kBytes);
-  Executor& ex = rig.executor();
-  rig.add(1, kBytes);
-  rig.add(2, kBytes);
-  ex.set_plan(plan_of({}));
-  ex.set_next_uses(NextUses(t));
-  ex.set_mode(Mode::kPlanned);
-  ex.begin_step();
+  Executor& ex = planned_step(rig, t, {1, 2});
   rig.memory().free_silently(1);
   ex.before_op(1, {}, kBytes);  // tensor 1, used furthest ahead, is the victim
   EXPECT_FALSE(ex.contains(1));
