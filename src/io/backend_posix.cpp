@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "teraio/core/thread_name.hpp"
 #include "teraio/io/io_backend.hpp"
 
 namespace teraio::io {
@@ -21,7 +22,12 @@ class PosixBackend final : public IoBackend {
   PosixBackend(int fd, unsigned threads) : fd_(fd) {
     const unsigned count = std::max(1u, threads);
     workers_.reserve(count);
-    for (unsigned i = 0; i < count; ++i) workers_.emplace_back([this] { run(); });
+    for (unsigned i = 0; i < count; ++i) {
+      workers_.emplace_back([this] {
+        name_this_thread("teraio-posix-io");
+        run();
+      });
+    }
   }
 
   // Drains: every queued request is still carried out and completed.

@@ -4,6 +4,7 @@
 // the disk. A request the kernel refuses to take (io_uring_submit failing) is taken back out
 // of the ring and failed, so no request is ever left waiting for a completion that cannot come.
 #include "teraio/core/error.hpp"
+#include "teraio/core/thread_name.hpp"
 #include "teraio/io/io_backend.hpp"
 
 #if TERAIO_HAVE_URING
@@ -52,7 +53,10 @@ class UringBackend final : public IoBackend {
   UringBackend(int fd, unsigned queue_depth) : fd_(fd), depth_(queue_depth == 0 ? 1 : queue_depth) {
     const int rc = io_uring_queue_init(depth_, &ring_, 0);
     if (rc < 0) throw Error(ErrorKind::kUnsupported, cat("io_uring_queue_init: ", std::strerror(-rc)), -rc);
-    completer_ = std::thread([this] { complete_loop(); });
+    completer_ = std::thread([this] {
+      name_this_thread("teraio-uring");
+      complete_loop();
+    });
   }
 
   // Drains: every request in flight or in the backlog completes before the ring goes away.

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "teraio/core/strings.hpp"
+#include "teraio/core/thread_name.hpp"
 
 namespace teraio::io::cuda_detail {
 
@@ -39,7 +40,10 @@ class CopyLane::Event final : public CopyEvent {
 
 CopyLane::CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events)
     : device_(device), kind_(kind), events_(std::move(events)), stream_(device) {
-  dispatcher_ = std::thread([this] { run(); });
+  dispatcher_ = std::thread([this] {
+    name_this_thread(kind_ == cudaMemcpyDeviceToHost ? "teraio-lane-d2h" : "teraio-lane-h2d");
+    run();
+  });
 }
 
 CopyLane::~CopyLane() {

@@ -12,6 +12,7 @@
 #include "teraio/core/error.hpp"
 #include "teraio/core/log.hpp"
 #include "teraio/core/strings.hpp"
+#include "teraio/core/thread_name.hpp"
 
 namespace teraio::io {
 
@@ -73,11 +74,20 @@ TierStore::TierStore(DeviceCopier& copier, EngineConfig config)
   host_ = std::make_unique<HostTier>(copier_, config_.host_capacity, config_.pin_host_in_background);
   if (!config_.ssd_paths.empty()) open_ssd_tier();
   const unsigned threads = std::max(1u, config_.transfer_threads);
-  for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { run_queue(queue_); });
+  for (unsigned i = 0; i < threads; ++i) {
+    workers_.emplace_back([this] {
+      name_this_thread("teraio-transfer");
+      run_queue(queue_);
+    });
+  }
   // A copier whose copies complete out of issue order: each watcher takes whichever is done.
   const bool take_any_done = !copier_.completes_in_order();
   for (JobQueue* watch : {&to_host_watch_, &to_device_watch_}) {
-    workers_.emplace_back([this, watch, take_any_done] { run_queue(*watch, take_any_done); });
+    const bool to_host = watch == &to_host_watch_;
+    workers_.emplace_back([this, watch, take_any_done, to_host] {
+      name_this_thread(to_host ? "teraio-wait-d2h" : "teraio-wait-h2d");
+      run_queue(*watch, take_any_done);
+    });
   }
 }
 

@@ -18,6 +18,7 @@
 #include "teraio/core/error.hpp"
 #include "teraio/core/log.hpp"
 #include "teraio/core/strings.hpp"
+#include "teraio/core/thread_name.hpp"
 #include "teraio/core/units.hpp"
 #include "teraio/io/pinned_pool.hpp"
 
@@ -349,7 +350,12 @@ void run_parallel_read(const ParallelRead& read) {
   {
     std::vector<std::jthread> helpers;
     try {
-      for (std::uint64_t i = 1; i < threads; ++i) helpers.emplace_back([&reader] { reader.work(); });
+      for (std::uint64_t i = 1; i < threads; ++i) {
+        helpers.emplace_back([&reader] {
+          name_this_thread("teraio-st-read");
+          reader.work();
+        });
+      }
     } catch (...) {
       // Fewer threads than asked for: the ones running (and this one) still read every piece.
       log::debug("safetensors: started ", helpers.size() + 1, " of ", threads, " read threads");

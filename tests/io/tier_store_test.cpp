@@ -7,6 +7,11 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
 #include <tuple>
 
 #include "io_test_support.hpp"
@@ -129,6 +134,45 @@ TEST(TierStore, StripesLargeExtentsOverAllPathsAndSmallOnesWhole) {
   for (const auto& piece : store.placement(*big)) big_paths.insert(piece.path);
   EXPECT_EQ(big_paths.size(), 3u);
   EXPECT_EQ(store.placement(*small).size(), 1u);
+}
+
+// The names of this process's threads, as a profiler shows them (/proc/self/task/*/comm).
+std::multiset<std::string> thread_names() {
+  std::multiset<std::string> names;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name)) names.insert(name);
+  }
+  return names;
+}
+
+TEST(TierStore, ItsThreadsAreNamed) {
+#if defined(__linux__)
+  TempDir a;
+  auto copier = make_host_copier();
+  TierStore store(*copier, small_config({a.path()}, BackendChoice::kPosix));
+  // transfer_threads 3, a watcher per direction, io_threads 2.
+  const std::multiset<std::string> expected = {"teraio-transfer", "teraio-transfer", "teraio-transfer",
+                                               "teraio-wait-d2h", "teraio-wait-h2d", "teraio-posix-io",
+                                               "teraio-posix-io"};
+  const auto ours = [] {
+    std::multiset<std::string> names;
+    for (const std::string& name : thread_names()) {
+      if (name.rfind("teraio-", 0) == 0) names.insert(name);
+    }
+    return names;
+  };
+  // Each thread names itself when it starts: give them a moment.
+  std::multiset<std::string> names = ours();
+  for (int i = 0; i < 400 && names != expected; ++i) {
+    std::this_thread::sleep_for(5ms);
+    names = ours();
+  }
+  EXPECT_EQ(names, expected);
+#else
+  GTEST_SKIP() << "thread names are read from /proc";
+#endif
 }
 
 TEST(TierStore, ManyTransfersInFlight) {
