@@ -2,7 +2,7 @@
 
 #include <pthread.h>
 
-#include <array>
+#include <string>
 
 namespace teraio {
 
@@ -17,14 +17,6 @@ void name_this_thread(std::string_view name) {
 #else
   static_cast<void>(name);
 #endif
-}
-
-std::string this_thread_name() {
-#if defined(__linux__)
-  std::array<char, kLimit + 1> buffer{};
-  if (pthread_getname_np(pthread_self(), buffer.data(), buffer.size()) == 0) return buffer.data();
-#endif
-  return {};
 }
 
 }  // namespace teraio

@@ -266,6 +266,11 @@ struct Executor::State {
   void forget_freed(std::span<const TensorId> keep = {});
   // The same, looking only at `released`.
   void forget_released(std::span<const TensorId> keep);
+  // Whether forget_freed/forget_released may forget the tensor: the program freed it and no
+  // caller holds its entry.
+  bool forgettable(TensorId id, std::span<const TensorId> keep) const {
+    return !memory.alive(id) && !executor_detail::contains_id(keep, id);
+  }
 
   // What free_down_to throws when nothing more can be moved out.
   static bool no_room(const Error& error) {

@@ -343,7 +343,7 @@ void Executor::State::forget_freed(std::span<const TensorId> keep) {
   const double start = now_s();
   std::vector<TensorId> freed;
   for (const auto& [id, e] : entries) {
-    if (!memory.alive(id) && !contains_id(keep, id)) freed.push_back(id);
+    if (forgettable(id, keep)) freed.push_back(id);
   }
   ++stats.freed_scans;
   stats.freed_scan_s += now_s() - start;
@@ -355,7 +355,7 @@ void Executor::State::forget_released(std::span<const TensorId> keep) {
   for (const TensorId id : released) {
     const auto found = entries.find(id);
     if (found == entries.end()) continue;
-    if (!memory.alive(id) && !contains_id(keep, id)) {
+    if (forgettable(id, keep)) {
       forget(found);
       continue;
     }

@@ -1,6 +1,7 @@
 // A thread TeraIO names reads back under that name, cut to the kernel's 15 bytes.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -13,7 +14,7 @@ std::string named_in_a_thread(const std::string& name) {
   std::string seen;
   std::thread([&] {
     name_this_thread(name);
-    seen = this_thread_name();
+    std::getline(std::ifstream("/proc/thread-self/comm"), seen);  // as a profiler reads it
   }).join();
   return seen;
 }
@@ -23,7 +24,7 @@ TEST(ThreadName, ReadsBackAndIsCutToFifteenBytes) {
   EXPECT_EQ(named_in_a_thread("teraio-io"), "teraio-io");
   EXPECT_EQ(named_in_a_thread("teraio-watch-to-device"), "teraio-watch-to");
 #else
-  GTEST_SKIP() << "thread names are read back on Linux only";
+  GTEST_SKIP() << "thread names are read from /proc";
 #endif
 }
 

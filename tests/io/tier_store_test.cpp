@@ -136,13 +136,13 @@ TEST(TierStore, StripesLargeExtentsOverAllPathsAndSmallOnesWhole) {
   EXPECT_EQ(store.placement(*small).size(), 1u);
 }
 
-// The names of this process's threads, as a profiler shows them (/proc/self/task/*/comm).
-std::multiset<std::string> thread_names() {
+// The names of this process's TeraIO threads, as a profiler shows them (/proc/self/task/*/comm).
+std::multiset<std::string> teraio_thread_names() {
   std::multiset<std::string> names;
   for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
     std::ifstream comm(task.path() / "comm");
     std::string name;
-    if (std::getline(comm, name)) names.insert(name);
+    if (std::getline(comm, name) && name.starts_with("teraio-")) names.insert(name);
   }
   return names;
 }
@@ -156,18 +156,11 @@ TEST(TierStore, ItsThreadsAreNamed) {
   const std::multiset<std::string> expected = {"teraio-transfer", "teraio-transfer", "teraio-transfer",
                                                "teraio-wait-d2h", "teraio-wait-h2d", "teraio-posix-io",
                                                "teraio-posix-io"};
-  const auto ours = [] {
-    std::multiset<std::string> names;
-    for (const std::string& name : thread_names()) {
-      if (name.rfind("teraio-", 0) == 0) names.insert(name);
-    }
-    return names;
-  };
   // Each thread names itself when it starts: give them a moment.
-  std::multiset<std::string> names = ours();
+  std::multiset<std::string> names = teraio_thread_names();
   for (int i = 0; i < 400 && names != expected; ++i) {
     std::this_thread::sleep_for(5ms);
-    names = ours();
+    names = teraio_thread_names();
   }
   EXPECT_EQ(names, expected);
 #else

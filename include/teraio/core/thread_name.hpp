@@ -2,7 +2,6 @@
 // gdb) tells them from the training threads. Unnamed, they take the process's name ("python3").
 #pragma once
 
-#include <string>
 #include <string_view>
 
 namespace teraio {
@@ -10,7 +9,5 @@ namespace teraio {
 // Names the calling thread; the kernel keeps the first 15 bytes. Best effort: a failure (no
 // such call on this platform) leaves the name as it was.
 void name_this_thread(std::string_view name);
-// The calling thread's name as the kernel has it; empty where it cannot be read.
-std::string this_thread_name();
 
 }  // namespace teraio
