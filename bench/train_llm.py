@@ -138,6 +138,9 @@ def parse_args(argv):
                         "1 + --profile-steps steps, so that their first measured step is a planned one")
     p.add_argument("--layers", type=int, help="override the workload's number of decoder layers")
     p.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa", help="attention implementation (transformers)")
+    p.add_argument("--cublas-config", choices=("settle", "keep"), default="settle",
+                   help="settle: drop CUBLAS_WORKSPACE_CONFIG after the deterministic check where its size is the "
+                        "default (sm_90), since PyTorch parses it on every cuBLAS call; keep: leave it set")
     p.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
                    help="torch.use_deterministic_algorithms(True) and a fixed cuBLAS workspace (default on)")
     p.add_argument("--extrapolate", metavar="L1,L2,L3",
@@ -493,6 +496,32 @@ def configure_numerics(args, workload):
         torch.use_deterministic_algorithms(True)
 
 
+def settle_cublas_workspace(device, result, keep=False):
+    """Drops CUBLAS_WORKSPACE_CONFIG once PyTorch has checked it, where its size is the default.
+
+    PyTorch 2.11 parses the variable with a std::regex on every cuBLAS call (at::cuda::
+    parseChosenWorkspaceSize, not cached): 4.6% of the training threads' host time on W3, the
+    same in every mode. Deterministic mode reads it only once, at the first cuBLAS call, and on
+    Hopper (sm_90) ":4096:8" is the default size anyway (32 MiB), so after one call it is dropped
+    there; elsewhere it stays. `result["cublas_workspace"]` says which happened."""
+    value = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    if device.type != "cuda":
+        result["cublas_workspace"] = "none (CPU)"
+        return
+    if value is None:
+        result["cublas_workspace"] = "default (CUBLAS_WORKSPACE_CONFIG unset)"
+        return
+    if keep or torch.cuda.get_device_capability(device) != (9, 0) or value != ":4096:8":
+        result["cublas_workspace"] = f"CUBLAS_WORKSPACE_CONFIG={value}, parsed on every cuBLAS call"
+        return
+    one = torch.ones(8, 8, device=device)
+    torch.mm(one, one)  # the deterministic check reads the variable here, once per process
+    torch.cuda.synchronize(device)
+    del os.environ["CUBLAS_WORKSPACE_CONFIG"]
+    result["cublas_workspace"] = ("CUBLAS_WORKSPACE_CONFIG=:4096:8 for the deterministic check, then unset "
+                                  "(the sm_90 default, 32 MiB)")
+
+
 def apply_cap(args, device, result):
     if args.budget is None:
         result["cap"] = "none"
@@ -540,6 +569,7 @@ def _sync(device):
 
 def train(args, workload, mode, device, result, stem):
     configure_numerics(args, workload)
+    settle_cublas_workspace(device, result, keep=args.cublas_config == "keep")
     if mode == "ideal":
         result["cap"] = "none (ideal)"
     else:
@@ -1013,6 +1043,8 @@ def table_notes(table):
                          f"operators {plan['profiled_step_s_before_retime']:.3f} s -> {plan['profiled_step_s']:.3f} s, "
                          f"predicted step {plan['predicted_step_s_before_retime']:.3f} s -> "
                          f"{plan['predicted_step_s']:.3f} s")
+    workspaces = {entry["cublas_workspace"] for entry in table["modes"].values() if entry.get("cublas_workspace")}
+    notes += [f"- cuBLAS workspace (every mode): {workspace}" for workspace in sorted(workspaces)]
     for name, entry in table["modes"].items():
         if (callbacks := entry.get("summary", {}).get("callback_s")) is not None:
             notes.append(f"- {name}: TeraIO's operator callbacks took {callbacks:.3f} s of host time per measured "

@@ -85,6 +85,9 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
     assert all(s["gc_s"] >= 0 and s["gc_collections"] >= 0 for e in table["modes"].values() for s in e["steps"]
                if s["measured"])
     assert "- ideal: Python's collector" in markdown
+    # Which cuBLAS workspace set-up ran is said, for every mode (no cuBLAS on the CPU).
+    assert {e["cublas_workspace"] for e in table["modes"].values()} == {"none (CPU)"}
+    assert "- cuBLAS workspace (every mode): none (CPU)" in markdown
     if importlib.util.find_spec("matplotlib") is not None:
         assert (out / "share_of_ideal.png").stat().st_size > 0
 
