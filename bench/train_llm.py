@@ -115,8 +115,8 @@ LR = 1e-4
 STEP_FIELDS = ("phase", "mode", "stall_s", "bytes_to_host", "bytes_from_host", "bytes_to_ssd", "bytes_from_ssd",
                "demand_fetches", "evictions", "peak_resident")
 # Reported by newer native builds only (device-side waits): recorded when present.
-OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "allocation_retries", "stall_by_cause_s", "callback_s",
-                        "callback_parts_s", "before_op_parts_s", "freed_scans", "freed_scan_s",
+OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "blocks_reused", "allocation_retries", "stall_by_cause_s",
+                        "callback_s", "callback_parts_s", "before_op_parts_s", "freed_scans", "freed_scan_s",
                         "dropped", "bytes_dropped", "copies_given_up", "retimed")
 PLAN_PREDICTIONS = ("predicted_step_s", "predicted_stall_s", "bound_step_s", "profiled_step_s")
 
@@ -175,6 +175,9 @@ def parse_args(argv):
                    help="TeraIO and recast modes: Session(recast_activations=...): keep cheap activations (silu, "
                         "products of two activations) as recipes made again in backward, and one of equal dtype "
                         "copies (teraio.remake; default on)")
+    p.add_argument("--reuse-blocks", choices=("on", "off"), default="off",
+                   help="TeraIO modes: Session(reuse_blocks=...): a fetch gets the device block of a tensor moved out "
+                        "earlier in the same executor call when their sizes are equal (default off)")
     p.add_argument("--keep-copies", choices=("on", "off"), default="off",
                    help="TeraIO modes: Session(keep_copies=...): a tensor only read since it came back (a weight "
                         "between micro-batches) keeps its tier copy, and moving it out again drops its device memory "
@@ -485,7 +488,7 @@ def open_session(args, mode, device):
                           device=device, record_releases=args.release_tracking == "on",
                           copy_order=args.copy_order, recast_weights=args.recast_weights == "on",
                           recast_activations=args.recast_activations == "on", keep_copies=args.keep_copies == "on",
-                          retime_steps=args.retime)
+                          retime_steps=args.retime, reuse_blocks=args.reuse_blocks == "on")
 
 
 def configure_numerics(args, workload):
@@ -730,6 +733,8 @@ def print_step(args, mode, record, total):
                 line += " before_op: " + ", ".join(f"{name} {s:.3f}" for name, s in parts.items())
             if record.get("freed_scans") is not None:
                 line += f" freed scans {record['freed_scans']} ({record['freed_scan_s']:.3f} s)"
+            if record.get("blocks_reused"):
+                line += f" blocks reused {record['blocks_reused']}"
     if record.get("gc_collections"):
         line += f" gc {record['gc_s']:.3f} s ({record['gc_collections']})"
     if record.get("alloc_retries") or record.get("device_allocs") or record.get("device_frees"):

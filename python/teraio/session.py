@@ -181,6 +181,7 @@ class Session:
         recast_activations=False,
         keep_copies=False,
         retime_steps=0,
+        reuse_blocks=False,
     ):
         if isinstance(ssd, (str, os.PathLike)):
             ssd = [ssd]
@@ -206,6 +207,7 @@ class Session:
             "record_releases": bool(record_releases),
             "copy_order": str(copy_order),
             "keep_copies": bool(keep_copies),
+            "reuse_blocks": bool(reuse_blocks),
         }
         for key, value in (bandwidths or {}).items():
             if key not in ("d2h", "h2d", "ssd_read", "ssd_write"):

@@ -63,6 +63,14 @@ std::string_view to_string(Mode mode) {
   return "unknown";
 }
 
+Executor::State::Call::~Call() {
+  try {
+    s_.memory.end_call();
+  } catch (const std::exception& error) {
+    log::warn("runtime executor: cannot give back memory kept within a call: ", error.what());
+  }
+}
+
 Executor::Executor(io::TierStore& store, TensorMemory& memory, ExecutorConfig config)
     : state_(std::make_unique<State>(store, memory, config)) {}
 
@@ -193,7 +201,7 @@ void Executor::begin_step() {
 void Executor::before_op(OpIndex k, std::span<const TensorId> used, std::uint64_t incoming_bytes) {
   State& s = *state_;
   std::lock_guard lock(s.mutex);
-  s.begin_call();
+  const State::Call call(s);
   s.current_op = k;
   // Each phase's time goes to its part when the phase ends (a throw leaves it uncounted).
   double mark = s.now_s();
@@ -226,7 +234,7 @@ void Executor::before_op(OpIndex k, std::span<const TensorId> used, std::uint64_
 void Executor::after_op(OpIndex k, std::span<const TensorId> used) {
   State& s = *state_;
   std::lock_guard lock(s.mutex);
-  s.begin_call();
+  const State::Call call(s);
   if (s.follows_plan()) {
     const auto freed = s.next_uses.released_at(k);
     s.released.insert(s.released.end(), freed.begin(), freed.end());
@@ -252,7 +260,7 @@ void Executor::fetch(std::span<const TensorId> ids) {
 void Executor::fetch(std::span<const TensorId> ids, std::span<const TensorId> keep) {
   State& s = *state_;
   std::lock_guard lock(s.mutex);
-  s.begin_call();
+  const State::Call call(s);
   std::vector<TensorId> kept(keep.begin(), keep.end());
   kept.insert(kept.end(), ids.begin(), ids.end());
   s.then_rethrow(s.retire_completed(), [&] {
@@ -268,7 +276,7 @@ void Executor::fetch(std::span<const TensorId> ids, std::span<const TensorId> ke
 void Executor::fetch_all() {
   State& s = *state_;
   std::lock_guard lock(s.mutex);
-  s.begin_call();
+  const State::Call call(s);
   std::uint64_t total = 0;
   std::vector<TensorId> ids;
   ids.reserve(s.entries.size());
@@ -294,11 +302,13 @@ void Executor::fetch_all() {
 
 void Executor::drain_keeping_valid() {
   std::lock_guard lock(state_->mutex);
+  const State::Call call(*state_);
   state_->drain(true);
 }
 
 void Executor::drain() {
   std::lock_guard lock(state_->mutex);
+  const State::Call call(*state_);
   state_->drain();
 }
 

@@ -115,6 +115,17 @@ struct Executor::State {
   // looks at every tracked tensor. Cleared by begin_call().
   bool freed_swept = false;
   void begin_call() { freed_swept = false; }
+  // Ends an executor call on every way out: TensorMemory::end_call().
+  class Call {
+   public:
+    explicit Call(State& s) : s_(s) { s_.begin_call(); }
+    ~Call();
+    Call(const Call&) = delete;
+    Call& operator=(const Call&) = delete;
+
+   private:
+    State& s_;
+  };
   // Planned steps: the step-local tensors past their profiled release (NextUses::released_at),
   // which the program is expected to have freed. make_room checks these few for liveness
   // instead of every tracked tensor; those still alive stay listed. Cleared each step: the

@@ -35,6 +35,7 @@ py::dict step_dict(const StepRecord& r) {
   d["stall_s"] = s.stall_s;
   d["device_stall_s"] = r.device_stall_s;
   d["device_waits"] = s.device_waits;
+  d["blocks_reused"] = r.blocks_reused;
   d["callback_s"] = r.callback_s;
   d["callback_parts_s"] = by_name<CallbackPart>(r.callback_parts_s);
   d["before_op_parts_s"] = by_name<runtime::BeforeOpPart>(s.before_op_s);
@@ -151,6 +152,7 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   c.probe_bytes = get("probe_bytes", c.probe_bytes);
   c.record_releases = get("record_releases", false);
   c.keep_copies = get("keep_copies", false);
+  c.reuse_blocks = get("reuse_blocks", false);
   c.copy_order = io::parse_copy_order(get("copy_order", std::string("deadline")));
   if (d.contains("enqueue_host_copies") && !d["enqueue_host_copies"].is_none())
     c.enqueue_host_copies = d["enqueue_host_copies"].cast<bool>();

@@ -81,7 +81,7 @@ Session::Session(SessionConfig config)
   engine.wrap_backend = config_.wrap_backend;
   engine.enqueue_host_copies = config_.enqueue_host_copies;
   store_ = std::make_unique<io::TierStore>(*copier_, engine);
-  memory_ = std::make_unique<StorageMemory>(table_, *copier_, device_, callback_parts_);
+  memory_ = std::make_unique<StorageMemory>(table_, *copier_, device_, callback_parts_, config_.reuse_blocks);
   runtime::ExecutorConfig executor_config;
   executor_config.budget = config_.gpu_budget;
   executor_ = std::make_unique<runtime::Executor>(*store_, *memory_, executor_config);
@@ -216,6 +216,7 @@ StepRecord Session::end_step() {
     }
     record.stats = executor_->end_step();
     record.device_stall_s = memory_->collect_device_stall();
+    record.blocks_reused = memory_->collect_blocks_reused();
     record.diverged = diverged_;
     if (timeline_steps_.size() < 16) timeline_steps_.push_back(record.stats);
   }

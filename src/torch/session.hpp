@@ -72,6 +72,12 @@ struct SessionConfig {
   // use as a write, and the plan keeps no copies. Off by default: on W3 offloading alone the
   // host tier ran full in the second planned step with it on (bench/RESULTS.md, session 12).
   bool keep_copies = false;
+  // Whether a fetch may get the device block of a tensor moved out earlier in the same executor
+  // call when their sizes are equal, instead of the caching allocator freeing one block and
+  // finding another (StorageMemory). Aimed at W3, where the allocator's page maps take about 30%
+  // of the host's time at the device's limit (bench/RESULTS.md, session 22). Not yet measured
+  // on a GPU: off by default. The step record counts the fetches served so (blocks_reused).
+  bool reuse_blocks = false;
   // The order the CUDA copier runs each direction's copies in: by the plan's deadlines (as the
   // simulator assumes; the default) or as issued. What ran is in the backends report.
   io::CopyOrder copy_order = io::CopyOrder::kDeadline;
@@ -111,6 +117,8 @@ struct StepRecord {
   // GPU time the compute stream waited for copies handed to the device (CUDA; not in
   // stats.stall_s, which is the operator thread's own waiting).
   double device_stall_s = 0;
+  // Fetches that got a block released earlier in the same executor call (reuse_blocks).
+  std::uint64_t blocks_reused = 0;
   // Host time the training threads spent in TeraIO's operator callbacks, nested operators'
   // included: the runtime's own overhead plus the operator thread's waits (stats.stall_s),
   // which delay kernel launches wherever the host is not far ahead of the GPU.

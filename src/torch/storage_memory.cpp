@@ -32,12 +32,13 @@ c10::DataPtr allocate_on(c10::StorageImpl* impl, c10::Device device) {
 }  // namespace
 
 StorageMemory::StorageMemory(StorageTable& table, io::DeviceCopier& copier, c10::Device device,
-                             CallbackParts& parts)
+                             CallbackParts& parts, bool reuse_blocks)
     : table_(table),
       copier_(copier),
       device_(device),
       parts_(parts),
-      clock_(make_device_wait_clock(device)) {}
+      clock_(make_device_wait_clock(device)),
+      reuse_blocks_(reuse_blocks) {}
 
 c10::intrusive_ptr<c10::StorageImpl> StorageMemory::live(TensorId id) const {
   // A freed storage must never be touched again: reviving it would free it twice.
@@ -98,9 +99,16 @@ void StorageMemory::before_copy_out(TensorId id) {
 }
 
 void StorageMemory::release(TensorId id) {
-  if (const c10::intrusive_ptr<c10::StorageImpl> impl = table_.lock(id))
-    impl->set_data_ptr_noswap(c10::DataPtr(nullptr, impl->device()));
-  held_.erase(id);
+  const c10::intrusive_ptr<c10::StorageImpl> impl = table_.lock(id);
+  if (impl) impl->set_data_ptr_noswap(c10::DataPtr(nullptr, impl->device()));
+  const auto found = held_.find(id);
+  if (found == held_.end()) return;  // the storage owned it (dropped without a copy out): freed
+  c10::DataPtr owning = std::move(found->second);
+  held_.erase(found);
+  // A block held for its copy out is kept for a fetch later in this call. It is reused where
+  // the allocator would hand it out again: after the executor queued the compute stream's wait
+  // for the copy out (release_after), and a fetch into it waits for the compute stream.
+  if (reuse_blocks_ && impl && owning.get() != nullptr) spare_.emplace(impl->nbytes(), std::move(owning));
 }
 
 void StorageMemory::release_after(TensorId id, io::CopyEvent& copied_out) {
@@ -119,9 +127,16 @@ void StorageMemory::use_after(TensorId id, io::CopyEvent& copied_in) {
 void* StorageMemory::reallocate(TensorId id) {
   const c10::intrusive_ptr<c10::StorageImpl> impl = live(id);
   c10::DataPtr fresh;
+  if (const auto spare = spare_.find(impl->nbytes()); spare != spare_.end()) {
+    fresh = std::move(spare->second);
+    spare_.erase(spare);
+    ++blocks_reused_;
+  }
+  // Any other size: the allocator gets the spare blocks back before it looks for one.
+  if (!fresh) spare_.clear();
   try {
     const TimedNs timed(parts_.ns(CallbackPart::kAllocate));
-    fresh = allocate_on(impl.get(), device_);
+    if (!fresh) fresh = allocate_on(impl.get(), device_);
   } catch (const c10::OutOfMemoryError& error) {
     // Said in TeraIO's terms so that the executor can make room and retry.
     throw Error(ErrorKind::kOutOfMemory, cat("cannot allocate ", impl->nbytes(), " bytes on ", device_.str(),
@@ -142,6 +157,7 @@ void* StorageMemory::reallocate(TensorId id) {
 }
 
 void StorageMemory::trim() {
+  spare_.clear();
 #ifdef TERAIO_TORCH_CUDA
   // Blocks freed behind device-side waits are only reused in stream order; returning the
   // cached ones lets the allocator map one large block again (expandable segments or not).

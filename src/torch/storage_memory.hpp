@@ -18,6 +18,7 @@
 #include <c10/core/Device.h>
 
 #include <unordered_map>
+#include <utility>
 
 #include "callback_parts.hpp"
 #include "device_wait_clock.hpp"
@@ -29,8 +30,10 @@ namespace teraio::torch_binding {
 
 class StorageMemory final : public runtime::TensorMemory {
  public:
-  // `parts` times the allocations and hand-backs, for the step record.
-  StorageMemory(StorageTable& table, io::DeviceCopier& copier, c10::Device device, CallbackParts& parts);
+  // `parts` times the allocations and hand-backs, for the step record. `reuse_blocks`: see
+  // SessionConfig::reuse_blocks.
+  StorageMemory(StorageTable& table, io::DeviceCopier& copier, c10::Device device, CallbackParts& parts,
+                bool reuse_blocks = false);
   ~StorageMemory() override;
   StorageMemory(const StorageMemory&) = delete;
   StorageMemory& operator=(const StorageMemory&) = delete;
@@ -41,11 +44,14 @@ class StorageMemory final : public runtime::TensorMemory {
   void release(TensorId id) override;
   void* reallocate(TensorId id) override;
   void trim() override;
+  void end_call() override { spare_.clear(); }
   // The compute stream waits for the copy on the device (timed by the wait clock).
   void release_after(TensorId id, io::CopyEvent& copied_out) override;
   void use_after(TensorId id, io::CopyEvent& copied_in) override;
   // Seconds the compute stream waited for copies since the last call (once per step).
   double collect_device_stall() { return clock_->collect(); }
+  // Fetches given a block released earlier in the same executor call, since the last call.
+  std::uint64_t collect_blocks_reused() { return std::exchange(blocks_reused_, 0); }
 
   // Gives the memory of settled transfers back to their storages (or back to the allocator,
   // where the program freed the storage meanwhile).
@@ -73,6 +79,12 @@ class StorageMemory final : public runtime::TensorMemory {
   // memory was taken since it last did, or a transfer settled (Executor::settled_changes).
   bool held_changed_ = true;
   std::uint64_t changes_seen_ = ~std::uint64_t{0};
+  // Blocks released in the executor's current call, by size, for a fetch of the same size in
+  // the same call (reuse_blocks): it gets the block without the caching allocator freeing and
+  // finding one. Given back to the allocator at the call's end, or before any other allocation.
+  bool reuse_blocks_;
+  std::unordered_multimap<std::size_t, c10::DataPtr> spare_;
+  std::uint64_t blocks_reused_ = 0;
 };
 
 }  // namespace teraio::torch_binding

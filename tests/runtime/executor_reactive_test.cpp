@@ -107,6 +107,30 @@ TEST(ExecutorReactive, LooksForFreedTensorsOncePerCall) {
   EXPECT_GT(stats.freed_scan_s, 0.0);
 }
 
+TEST(ExecutorReactive, EndsEveryCallOnItsMemoryEvenWhenItThrows) {
+  Rig rig(2 * kBytes);
+  Executor& ex = rig.executor();
+  ex.set_mode(Mode::kReactive);
+  ex.begin_step();
+  for (TensorId id = 1; id <= 3; ++id) rig.add(id, kBytes);
+  ex.before_op(0, {}, 0);  // evicts 1: the budget holds two
+  ASSERT_EQ(ex.location(1), Location::kHost);
+  EXPECT_EQ(rig.memory().end_calls(), 1);
+  ex.after_op(0, {});
+  const TensorId away[] = {1};
+  ex.fetch(away);
+  EXPECT_EQ(rig.memory().end_calls(), 3);
+  // Three tensors cannot all be resident under a budget of two: the call throws, and ends.
+  EXPECT_THROW(ex.fetch_all(), Error);
+  EXPECT_EQ(rig.memory().end_calls(), 4);
+  ex.drain();
+  EXPECT_EQ(rig.memory().end_calls(), 5);
+  // Queries are not calls that move memory.
+  static_cast<void>(ex.location(2));
+  static_cast<void>(ex.resident_bytes());
+  EXPECT_EQ(rig.memory().end_calls(), 5);
+}
+
 TEST(ExecutorReactive, ManyTensorsStayFast) {
   RigOptions options;
   options.host_capacity = 16 * kMiB;

@@ -63,6 +63,8 @@ class FakeMemory final : public TensorMemory {
   }
 
   void trim() override { ++trims_; }
+  void end_call() override { ++end_calls_; }
+  int end_calls() const { return end_calls_; }
   // The next `count` reallocate() calls fail as a full device allocator's would.
   void refuse_allocations(int count) { refusals_ = count; }
   int trims() const { return trims_; }
@@ -85,6 +87,7 @@ class FakeMemory final : public TensorMemory {
   std::map<TensorId, int> copy_outs_;
   int refusals_ = 0;
   int trims_ = 0;
+  int end_calls_ = 0;
 };
 
 struct RigOptions {

@@ -34,6 +34,10 @@ class TensorMemory {
   // Hands memory the allocator caches but nobody uses back to the device, so that a large
   // block can be made of it (the executor calls it before retrying a refused reallocate).
   virtual void trim() {}
+  // The executor's call (before_op, after_op, fetch, fetch_all, drain) is over, also when it threw.
+  // Memory release() kept for a fetch of the same size later in the same call must go back
+  // now: between calls the operators allocate, and the executor counts it as free.
+  virtual void end_call() {}
   // Drops the tensor's memory once `copied_out` (the device side of its copy out) completes.
   // On CUDA the compute stream waits for the copy on the device and the block goes back to
   // the allocator at once, so the host does not drain the GPU's queue; the default waits on

@@ -1,0 +1,57 @@
+"""Session(reuse_blocks=True): a fetch gets the block of a tensor moved out earlier in the same
+executor call when their sizes are equal, instead of the allocator freeing one and finding
+another. The training stays exact, the step record counts the reused blocks, and blocks of
+another size are not reused."""
+from __future__ import annotations
+
+import torch
+
+import teraio
+
+ELEMENTS = 4096  # 16 KiB fp32 storages: above the session's min_tensor_bytes
+
+
+def run(reuse, sizes=(ELEMENTS, ELEMENTS, ELEMENTS)):
+    """Three storages take turns, and an operator's input and output just fit the budget, so each
+    use of one that is away evicts others (a storage, or the product before it) and fetches it
+    in the same call (plan_filter drops every migration: reactive eviction alone). Returns the
+    step records and the sum of every product."""
+    torch.manual_seed(0)
+    tensors = [torch.randn(n) for n in sizes]
+    budget = 2 * max(sizes) * 4
+    products = []
+    with teraio.Session(gpu_budget=budget, host_budget=4 * sum(sizes) * 4, device="cpu", warmup_steps=1,
+                        profile_steps=1, plan_filter=lambda migrations: [], reuse_blocks=reuse) as session:
+        for _ in range(4):
+            with session.step():
+                product = None
+                for t in tensors:
+                    # The previous product lives on while this one is made: fetching t needs room.
+                    product = t.mul(2)
+                    products.append(product.sum().item())
+        steps = session.report()["steps"]
+    return steps, products
+
+
+def test_a_fetch_reuses_the_block_an_eviction_freed_and_stays_exact():
+    reused_steps, reused = run(reuse=True)
+    plain_steps, plain = run(reuse=False)
+    torch.manual_seed(0)
+    expected = [t.mul(2).sum().item() for t in [torch.randn(ELEMENTS) for _ in range(3)]] * 4
+    assert reused == expected and plain == expected
+    fetches = [s["demand_fetches"] for s in reused_steps]
+    assert [s["demand_fetches"] for s in plain_steps] == fetches
+    assert sum(fetches) > 0
+    # Every demand fetch but a step's first (no product yet: there is room) evicted a tensor of
+    # its size in the same call and took its block.
+    assert [s["blocks_reused"] for s in reused_steps] == [max(f - 1, 0) for f in fetches], reused_steps
+    assert all(s["blocks_reused"] == 0 for s in plain_steps)
+
+
+def test_a_block_of_another_size_is_not_reused():
+    steps, products = run(reuse=True, sizes=(ELEMENTS, 2 * ELEMENTS, 3 * ELEMENTS))
+    torch.manual_seed(0)
+    tensors = [torch.randn(n) for n in (ELEMENTS, 2 * ELEMENTS, 3 * ELEMENTS)]
+    assert products == [t.mul(2).sum().item() for t in tensors] * 4
+    assert sum(s["demand_fetches"] for s in steps) > 0
+    assert all(s["blocks_reused"] == 0 for s in steps), steps
