@@ -105,9 +105,11 @@ void StorageMemory::release(TensorId id) {
   if (found == held_.end()) return;  // the storage owned it (dropped without a copy out): freed
   c10::DataPtr owning = std::move(found->second);
   held_.erase(found);
-  // A block held for its copy out is kept for a fetch later in this call. It is reused where
-  // the allocator would hand it out again: after the executor queued the compute stream's wait
-  // for the copy out (release_after), and a fetch into it waits for the compute stream.
+  // A block held for its copy out is kept for a fetch later in this call. It is reused in the
+  // order the allocator would hand it to compute-stream work: after the executor queued the
+  // compute stream's wait for the copy out (release_after), and a fetch into it waits for the
+  // compute stream. Unlike the allocator it does not wait for side streams a block was
+  // recorded on (record_stream); the copy out does not either.
   if (reuse_blocks_ && impl && owning.get() != nullptr) spare_.emplace(impl->nbytes(), std::move(owning));
 }
 

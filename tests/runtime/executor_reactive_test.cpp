@@ -116,6 +116,8 @@ TEST(ExecutorReactive, EndsEveryCallOnItsMemoryEvenWhenItThrows) {
   ex.before_op(0, {}, 0);  // evicts 1: the budget holds two
   ASSERT_EQ(ex.location(1), Location::kHost);
   EXPECT_EQ(rig.memory().end_calls(), 1);
+  // The call ends after its work: the eviction's release came before it, not after.
+  EXPECT_EQ(rig.memory().released_by_call_end(), std::vector<int>{1});
   ex.after_op(0, {});
   const TensorId away[] = {1};
   ex.fetch(away);
@@ -124,11 +126,12 @@ TEST(ExecutorReactive, EndsEveryCallOnItsMemoryEvenWhenItThrows) {
   EXPECT_THROW(ex.fetch_all(), Error);
   EXPECT_EQ(rig.memory().end_calls(), 4);
   ex.drain();
-  EXPECT_EQ(rig.memory().end_calls(), 5);
+  ex.drain_keeping_valid();
+  EXPECT_EQ(rig.memory().end_calls(), 6);
   // Queries are not calls that move memory.
   static_cast<void>(ex.location(2));
   static_cast<void>(ex.resident_bytes());
-  EXPECT_EQ(rig.memory().end_calls(), 5);
+  EXPECT_EQ(rig.memory().end_calls(), 6);
 }
 
 TEST(ExecutorReactive, ManyTensorsStayFast) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "io/io_test_support.hpp"
@@ -50,6 +51,7 @@ class FakeMemory final : public TensorMemory {
     }
     std::fill(buffer->begin(), buffer->end(), std::byte{0xDE});
     buffer.reset();
+    ++released_in_call_;
   }
   void* reallocate(TensorId id) override {
     if (refusals_ > 0) {
@@ -63,8 +65,13 @@ class FakeMemory final : public TensorMemory {
   }
 
   void trim() override { ++trims_; }
-  void end_call() override { ++end_calls_; }
+  void end_call() override {
+    ++end_calls_;
+    released_by_call_end_.push_back(std::exchange(released_in_call_, 0));
+  }
   int end_calls() const { return end_calls_; }
+  // For each end_call(), how many release() calls came since the one before.
+  const std::vector<int>& released_by_call_end() const { return released_by_call_end_; }
   // The next `count` reallocate() calls fail as a full device allocator's would.
   void refuse_allocations(int count) { refusals_ = count; }
   int trims() const { return trims_; }
@@ -88,6 +95,8 @@ class FakeMemory final : public TensorMemory {
   int refusals_ = 0;
   int trims_ = 0;
   int end_calls_ = 0;
+  int released_in_call_ = 0;
+  std::vector<int> released_by_call_end_;
 };
 
 struct RigOptions {
