@@ -112,13 +112,13 @@ struct Executor::State {
   // tensors between the calls (its operators run outside them); one freed during a call, from
   // another thread, is seen by the next call's scan, and an eviction checks its victim anyway
   // (free_down_to). At the budget's edge every prefetch and demand fetch makes room, and a scan
-  // looks at every tracked tensor. Cleared by begin_call().
+  // looks at every tracked tensor. Cleared when a call begins (Call).
   bool freed_swept = false;
-  void begin_call() { freed_swept = false; }
-  // Ends an executor call on every way out: TensorMemory::end_call().
+  // One executor call: begins it (freed_swept), and ends it on every way out
+  // (TensorMemory::end_call()).
   class Call {
    public:
-    explicit Call(State& s) : s_(s) { s_.begin_call(); }
+    explicit Call(State& s) : s_(s) { s_.freed_swept = false; }
     ~Call();
     Call(const Call&) = delete;
     Call& operator=(const Call&) = delete;

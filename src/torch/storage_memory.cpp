@@ -133,16 +133,18 @@ void* StorageMemory::reallocate(TensorId id) {
     fresh = std::move(spare->second);
     spare_.erase(spare);
     ++blocks_reused_;
-  }
-  // Any other size: the allocator gets the spare blocks back before it looks for one.
-  if (!fresh) spare_.clear();
-  try {
-    const TimedNs timed(parts_.ns(CallbackPart::kAllocate));
-    if (!fresh) fresh = allocate_on(impl.get(), device_);
-  } catch (const c10::OutOfMemoryError& error) {
-    // Said in TeraIO's terms so that the executor can make room and retry.
-    throw Error(ErrorKind::kOutOfMemory, cat("cannot allocate ", impl->nbytes(), " bytes on ", device_.str(),
-                                             " for tensor ", id, ": ", error.what_without_backtrace()));
+  } else {
+    // Any other size: the allocator gets the spare blocks back before it looks for one.
+    spare_.clear();
+    try {
+      const TimedNs timed(parts_.ns(CallbackPart::kAllocate));
+      fresh = allocate_on(impl.get(), device_);
+    } catch (const c10::OutOfMemoryError& error) {
+      // Said in TeraIO's terms so that the executor can make room and retry.
+      throw Error(ErrorKind::kOutOfMemory,
+                  cat("cannot allocate ", impl->nbytes(), " bytes on ", device_.str(), " for tensor ", id,
+                      ": ", error.what_without_backtrace()));
+    }
   }
   void* start = fresh.get();
   held_.insert_or_assign(id, std::move(fresh));

@@ -78,12 +78,18 @@ TEST(ExecutorReactive, FreedTensorsAreForgottenNotEvicted) {
   EXPECT_EQ(ex.end_step().evictions, 0u);
 }
 
-TEST(ExecutorReactive, LooksForFreedTensorsOncePerCall) {
-  Rig rig(2 * kBytes);
+// A reactive step begun on `rig`, with tensors 1..count of kBytes each.
+Executor& reactive_step_with(Rig& rig, TensorId count) {
   Executor& ex = rig.executor();
   ex.set_mode(Mode::kReactive);
   ex.begin_step();
-  for (TensorId id = 1; id <= 4; ++id) rig.add(id, kBytes);
+  for (TensorId id = 1; id <= count; ++id) rig.add(id, kBytes);
+  return ex;
+}
+
+TEST(ExecutorReactive, LooksForFreedTensorsOncePerCall) {
+  Rig rig(2 * kBytes);
+  Executor& ex = reactive_step_with(rig, 4);
   ex.before_op(0, {}, 0);  // scan 1 (nothing freed), then evicts 1 and 2: the budget holds two
   ASSERT_EQ(ex.location(1), Location::kHost);
   ASSERT_EQ(ex.location(2), Location::kHost);
@@ -109,29 +115,26 @@ TEST(ExecutorReactive, LooksForFreedTensorsOncePerCall) {
 
 TEST(ExecutorReactive, EndsEveryCallOnItsMemoryEvenWhenItThrows) {
   Rig rig(2 * kBytes);
-  Executor& ex = rig.executor();
-  ex.set_mode(Mode::kReactive);
-  ex.begin_step();
-  for (TensorId id = 1; id <= 3; ++id) rig.add(id, kBytes);
+  Executor& ex = reactive_step_with(rig, 3);
   ex.before_op(0, {}, 0);  // evicts 1: the budget holds two
   ASSERT_EQ(ex.location(1), Location::kHost);
-  EXPECT_EQ(rig.memory().end_calls(), 1);
+  EXPECT_EQ(rig.memory().end_calls(), 1u);
   // The call ends after its work: the eviction's release came before it, not after.
   EXPECT_EQ(rig.memory().released_by_call_end(), std::vector<int>{1});
   ex.after_op(0, {});
   const TensorId away[] = {1};
   ex.fetch(away);
-  EXPECT_EQ(rig.memory().end_calls(), 3);
+  EXPECT_EQ(rig.memory().end_calls(), 3u);
   // Three tensors cannot all be resident under a budget of two: the call throws, and ends.
   EXPECT_THROW(ex.fetch_all(), Error);
-  EXPECT_EQ(rig.memory().end_calls(), 4);
+  EXPECT_EQ(rig.memory().end_calls(), 4u);
   ex.drain();
   ex.drain_keeping_valid();
-  EXPECT_EQ(rig.memory().end_calls(), 6);
+  EXPECT_EQ(rig.memory().end_calls(), 6u);
   // Queries are not calls that move memory.
   static_cast<void>(ex.location(2));
   static_cast<void>(ex.resident_bytes());
-  EXPECT_EQ(rig.memory().end_calls(), 6);
+  EXPECT_EQ(rig.memory().end_calls(), 6u);
 }
 
 TEST(ExecutorReactive, ManyTensorsStayFast) {

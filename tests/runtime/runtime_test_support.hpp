@@ -65,11 +65,8 @@ class FakeMemory final : public TensorMemory {
   }
 
   void trim() override { ++trims_; }
-  void end_call() override {
-    ++end_calls_;
-    released_by_call_end_.push_back(std::exchange(released_in_call_, 0));
-  }
-  int end_calls() const { return end_calls_; }
+  void end_call() override { released_by_call_end_.push_back(std::exchange(released_in_call_, 0)); }
+  std::size_t end_calls() const { return released_by_call_end_.size(); }
   // For each end_call(), how many release() calls came since the one before.
   const std::vector<int>& released_by_call_end() const { return released_by_call_end_; }
   // The next `count` reallocate() calls fail as a full device allocator's would.
@@ -94,7 +91,6 @@ class FakeMemory final : public TensorMemory {
   std::map<TensorId, int> copy_outs_;
   int refusals_ = 0;
   int trims_ = 0;
-  int end_calls_ = 0;
   int released_in_call_ = 0;
   std::vector<int> released_by_call_end_;
 };
