@@ -7,20 +7,22 @@ from __future__ import annotations
 import torch
 
 import teraio
+from conftest import requires_cuda
 
 ELEMENTS = 4096  # 16 KiB fp32 storages: above the session's min_tensor_bytes
 
 
-def run(reuse, sizes=(ELEMENTS, ELEMENTS, ELEMENTS)):
+def run(reuse, sizes=(ELEMENTS, ELEMENTS, ELEMENTS), device="cpu", allocated=None):
     """Three storages take turns, and an operator's input and output just fit the budget, so each
     use of one that is away evicts others (a storage, or the product before it) and fetches it
     in the same call (plan_filter drops every migration: reactive eviction alone). Returns the
-    step records and the sum of every product."""
+    step records and the sum of every product. On CUDA, `allocated` gets the caching
+    allocator's allocated bytes after each product."""
     torch.manual_seed(0)
-    tensors = [torch.randn(n) for n in sizes]
+    tensors = [torch.randn(n).to(device) for n in sizes]
     budget = 2 * max(sizes) * 4
     products = []
-    with teraio.Session(gpu_budget=budget, host_budget=4 * sum(sizes) * 4, device="cpu", warmup_steps=1,
+    with teraio.Session(gpu_budget=budget, host_budget=4 * sum(sizes) * 4, device=device, warmup_steps=1,
                         profile_steps=1, plan_filter=lambda migrations: [], reuse_blocks=reuse) as session:
         for _ in range(4):
             with session.step():
@@ -28,16 +30,18 @@ def run(reuse, sizes=(ELEMENTS, ELEMENTS, ELEMENTS)):
                 for t in tensors:
                     # The previous product lives on while this one is made: fetching t needs room.
                     product = t.mul(2)
+                    if allocated is not None:
+                        allocated.append(torch.cuda.memory_allocated(device))
                     products.append(product.sum().item())
         steps = session.report()["steps"]
     return steps, products
 
 
-def test_a_fetch_reuses_the_block_an_eviction_freed_and_stays_exact():
-    reused_steps, reused = run(reuse=True)
-    plain_steps, plain = run(reuse=False)
+def test_a_fetch_reuses_the_block_an_eviction_freed_and_stays_exact(device):
+    reused_steps, reused = run(reuse=True, device=device)
+    plain_steps, plain = run(reuse=False, device=device)
     torch.manual_seed(0)
-    expected = [t.mul(2).sum().item() for t in [torch.randn(ELEMENTS) for _ in range(3)]] * 4
+    expected = [t.to(device).mul(2).sum().item() for t in [torch.randn(ELEMENTS) for _ in range(3)]] * 4
     assert reused == expected and plain == expected
     fetches = [s["demand_fetches"] for s in reused_steps]
     assert [s["demand_fetches"] for s in plain_steps] == fetches
@@ -55,3 +59,14 @@ def test_a_block_of_another_size_is_not_reused():
     assert products == [t.mul(2).sum().item() for t in tensors] * 4
     assert sum(s["demand_fetches"] for s in steps) > 0
     assert all(s["blocks_reused"] == 0 for s in steps), steps
+
+
+@requires_cuda
+def test_on_cuda_a_reused_block_is_back_with_the_allocator_between_operators():
+    """Each call gives its unused spare blocks back at its end, and a reused block counts once:
+    between operators the caching allocator holds the same bytes with reuse as without."""
+    reused_allocated, plain_allocated = [], []
+    reused_steps, _ = run(reuse=True, device="cuda", allocated=reused_allocated)
+    run(reuse=False, device="cuda", allocated=plain_allocated)
+    assert sum(s["blocks_reused"] for s in reused_steps) > 0
+    assert reused_allocated == plain_allocated
