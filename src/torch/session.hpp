@@ -75,8 +75,9 @@ struct SessionConfig {
   // Whether a fetch may get the device block of a tensor moved out earlier in the same executor
   // call when their sizes are equal, instead of the caching allocator freeing one block and
   // finding another (StorageMemory). Aimed at W3, where the allocator's page maps take about 30%
-  // of the host's time at the device's limit (bench/RESULTS.md, session 22). Not yet measured
-  // on a GPU: off by default. The step record counts the fetches served so (blocks_reused).
+  // of the host's time at the device's limit (bench/RESULTS.md, session 22). Off by default: on
+  // W3 it served 12-49 of about 10 000 fetches per planned step, because an eviction's victim is
+  // seldom the size of the tensor fetched (session 23). The step record counts them (blocks_reused).
   bool reuse_blocks = false;
   // The order the CUDA copier runs each direction's copies in: by the plan's deadlines (as the
   // simulator assumes; the default) or as issued. What ran is in the backends report.
