@@ -66,4 +66,7 @@ def describe(summary):
     if summary.get("alloc_retries") is not None:
         line += (f"; CUDA allocator {summary['alloc_retries']:g} retries after freeing its cache, "
                  f"{summary['device_allocs']:g} device allocations and {summary['device_frees']:g} frees")
+        if summary.get("fetch_flushes") is not None:
+            line += (f" ({summary['fetch_flushes']:g} of the retries inside TeraIO's fetch allocations, "
+                     f"{summary['fetch_flush_s']:.3f} s)")
     return line + " per measured step (median)"

@@ -115,7 +115,8 @@ LR = 1e-4
 STEP_FIELDS = ("phase", "mode", "stall_s", "bytes_to_host", "bytes_from_host", "bytes_to_ssd", "bytes_from_ssd",
                "demand_fetches", "evictions", "peak_resident")
 # Reported by newer native builds only (device-side waits): recorded when present.
-OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "blocks_reused", "allocation_retries", "stall_by_cause_s",
+OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "blocks_reused", "fetch_flushes", "fetch_flush_s",
+                        "allocation_retries", "stall_by_cause_s",
                         "callback_s", "callback_parts_s", "before_op_parts_s", "freed_scans", "freed_scan_s",
                         "dropped", "bytes_dropped", "copies_given_up", "retimed")
 PLAN_PREDICTIONS = ("predicted_step_s", "predicted_stall_s", "bound_step_s", "profiled_step_s")
@@ -739,8 +740,10 @@ def print_step(args, mode, record, total):
     if record.get("gc_collections"):
         line += f" gc {record['gc_s']:.3f} s ({record['gc_collections']})"
     if record.get("alloc_retries") or record.get("device_allocs") or record.get("device_frees"):
-        line += (f" allocator retries {record['alloc_retries']} allocs {record['device_allocs']}"
-                 f" frees {record['device_frees']}")
+        line += f" allocator retries {record['alloc_retries']}"
+        if record.get("fetch_flushes") is not None:
+            line += f" ({record['fetch_flushes']} in TeraIO's fetches, {record['fetch_flush_s']:.3f} s)"
+        line += f" allocs {record['device_allocs']} frees {record['device_frees']}"
     print(line, flush=True)
 
 
@@ -961,7 +964,7 @@ def summarize(result, ideal_s, ideal_losses):
         **{key: median_of(steps, key) for key in ("bytes_to_host", "bytes_from_host", "bytes_to_ssd",
                                                    "bytes_from_ssd", "stall_s", "device_stall_s", "demand_fetches",
                                                    "callback_s", "bytes_dropped", "gc_s", "gc_collections", "alloc_retries",
-                                                   "device_allocs", "device_frees")},
+                                                   "device_allocs", "device_frees", "fetch_flushes", "fetch_flush_s")},
         "predicted_step_s": predicted,
         "model_error": predicted / median - 1 if predicted and median else None,
         "exact": same_losses(result, ideal_losses),

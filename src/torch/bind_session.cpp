@@ -36,6 +36,8 @@ py::dict step_dict(const StepRecord& r) {
   d["device_stall_s"] = r.device_stall_s;
   d["device_waits"] = s.device_waits;
   d["blocks_reused"] = r.blocks_reused;
+  d["fetch_flushes"] = r.fetch_flushes;
+  d["fetch_flush_s"] = r.fetch_flush_s;
   d["callback_s"] = r.callback_s;
   d["callback_parts_s"] = by_name<CallbackPart>(r.callback_parts_s);
   d["before_op_parts_s"] = by_name<runtime::BeforeOpPart>(s.before_op_s);

@@ -217,6 +217,9 @@ StepRecord Session::end_step() {
     record.stats = executor_->end_step();
     record.device_stall_s = memory_->collect_device_stall();
     record.blocks_reused = memory_->collect_blocks_reused();
+    const StorageMemory::FetchFlushes flushes = memory_->collect_fetch_flushes();
+    record.fetch_flushes = flushes.count;
+    record.fetch_flush_s = static_cast<double>(flushes.ns) * 1e-9;
     record.diverged = diverged_;
     if (timeline_steps_.size() < 16) timeline_steps_.push_back(record.stats);
   }

@@ -120,6 +120,9 @@ struct StepRecord {
   double device_stall_s = 0;
   // Fetches that got a block released earlier in the same executor call (reuse_blocks).
   std::uint64_t blocks_reused = 0;
+  // The caching allocator's flushes inside TeraIO's fetch allocations, and their time (CUDA).
+  std::uint64_t fetch_flushes = 0;
+  double fetch_flush_s = 0;
   // Host time the training threads spent in TeraIO's operator callbacks, nested operators'
   // included: the runtime's own overhead plus the operator thread's waits (stats.stall_s),
   // which delay kernel launches wherever the host is not far ahead of the GPU.

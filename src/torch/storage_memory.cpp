@@ -1,5 +1,6 @@
 #include "storage_memory.hpp"
 
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -28,6 +29,48 @@ c10::DataPtr allocate_on(c10::StorageImpl* impl, c10::Device device) {
   static_cast<void>(device);
   return impl->allocator()->allocate(impl->nbytes());
 }
+
+// How often the caching allocator has retried an allocation after freeing its cache.
+std::int64_t flushes_so_far(c10::Device device) {
+#ifdef TERAIO_TORCH_CUDA
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).num_alloc_retries;
+#else
+  static_cast<void>(device);
+  return 0;
+#endif
+}
+
+// Adds the allocator's flushes during its life, and that life's nanoseconds where there were
+// any, to `into`; also when the allocation throws, since a refused allocation flushed first.
+class FlushWatch {
+ public:
+  FlushWatch(c10::Device device, StorageMemory::FetchFlushes& into)
+      : device_(device),
+        into_(into),
+        watching_(device.is_cuda()),
+        before_(watching_ ? flushes_so_far(device) : 0),
+        start_(std::chrono::steady_clock::now()) {}
+  ~FlushWatch() {
+    if (!watching_) return;
+    try {
+      const std::int64_t flushed = flushes_so_far(device_) - before_;
+      if (flushed <= 0) return;
+      into_.count += static_cast<std::uint64_t>(flushed);
+      into_.ns += static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
+    } catch (...) {  // a statistic is not worth a throwing destructor
+    }
+  }
+  FlushWatch(const FlushWatch&) = delete;
+  FlushWatch& operator=(const FlushWatch&) = delete;
+
+ private:
+  c10::Device device_;
+  StorageMemory::FetchFlushes& into_;
+  bool watching_;
+  std::int64_t before_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 }  // namespace
 
@@ -138,6 +181,7 @@ void* StorageMemory::reallocate(TensorId id) {
     spare_.clear();
     try {
       const TimedNs timed(parts_.ns(CallbackPart::kAllocate));
+      const FlushWatch watch(device_, fetch_flushes_);
       fresh = allocate_on(impl.get(), device_);
     } catch (const c10::OutOfMemoryError& error) {
       // Said in TeraIO's terms so that the executor can make room and retry.

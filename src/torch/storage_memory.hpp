@@ -52,6 +52,15 @@ class StorageMemory final : public runtime::TensorMemory {
   double collect_device_stall() { return clock_->collect(); }
   // Fetches given a block released earlier in the same executor call, since the last call.
   std::uint64_t collect_blocks_reused() { return std::exchange(blocks_reused_, 0); }
+  // The caching allocator's flushes (retries after freeing its whole cache) that happened inside
+  // a fetch's allocation, and those allocations' time, since the last call. On W3 each flush
+  // synchronizes and unmaps every free page; these say how many a TeraIO fetch brought on rather
+  // than an operator's own allocation (CUDA; none elsewhere).
+  struct FetchFlushes {
+    std::uint64_t count = 0;
+    std::uint64_t ns = 0;
+  };
+  FetchFlushes collect_fetch_flushes() { return std::exchange(fetch_flushes_, {}); }
 
   // Gives the memory of settled transfers back to their storages (or back to the allocator,
   // where the program freed the storage meanwhile).
@@ -85,6 +94,7 @@ class StorageMemory final : public runtime::TensorMemory {
   bool reuse_blocks_;
   std::unordered_multimap<std::size_t, c10::DataPtr> spare_;
   std::uint64_t blocks_reused_ = 0;
+  FetchFlushes fetch_flushes_;
 };
 
 }  // namespace teraio::torch_binding

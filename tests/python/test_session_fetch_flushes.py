@@ -1,0 +1,43 @@
+"""The step record's fetch_flushes / fetch_flush_s: the caching allocator's flushes (retries
+after freeing its whole cache) that happened inside TeraIO's own fetch allocations, and their
+time. They tell a flush TeraIO brought on from one an operator's allocation did (W3, RESULTS.md)."""
+from __future__ import annotations
+
+import torch
+
+import teraio
+from conftest import requires_cuda
+
+ELEMENTS = 1 << 20  # 4 MiB fp32 storages
+
+
+def run(device):
+    """Three storages take turns under a budget of two (reactive eviction alone), so every use
+    of one that is away fetches it. Returns the step records."""
+    torch.manual_seed(0)
+    tensors = [torch.randn(ELEMENTS).to(device) for _ in range(3)]
+    with teraio.Session(gpu_budget=2 * ELEMENTS * 4, host_budget=16 * ELEMENTS * 4, device=device, warmup_steps=1,
+                        profile_steps=1, plan_filter=lambda migrations: []) as session:
+        for _ in range(3):
+            with session.step():
+                for t in tensors:
+                    t.mul(2).sum().item()
+        return session.report()["steps"]
+
+
+def test_off_cuda_no_fetch_is_counted_as_flushing():
+    steps = run("cpu")
+    assert sum(s["demand_fetches"] for s in steps) > 0
+    assert [(s["fetch_flushes"], s["fetch_flush_s"]) for s in steps] == [(0, 0.0)] * len(steps)
+
+
+@requires_cuda
+def test_on_cuda_fetch_flushes_are_some_of_the_allocators_retries():
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_stats()["num_alloc_retries"]
+    steps = run("cuda")
+    retries = torch.cuda.memory_stats()["num_alloc_retries"] - before
+    assert sum(s["demand_fetches"] for s in steps) > 0
+    assert sum(s["fetch_flushes"] for s in steps) <= retries
+    # A flushing fetch takes time; a step without one has none to report.
+    assert all((s["fetch_flushes"] > 0) == (s["fetch_flush_s"] > 0) for s in steps), steps
