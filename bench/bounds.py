@@ -49,8 +49,12 @@ def parse_config(text):
 def find_cli(given):
     if given:
         return given
-    built = ROOT / "build" / "tools" / "teraio" / "teraio"
-    return str(built) if built.is_file() else shutil.which("teraio")
+    # scripts/test.sh builds into build/release; a plain CMake build into build.
+    for build in ("release", "."):
+        built = ROOT / "build" / build / "tools" / "teraio" / "teraio"
+        if built.is_file():
+            return str(built)
+    return shutil.which("teraio")
 
 
 # A budget no trace reaches: the probe that reads the profiled step plans nothing.

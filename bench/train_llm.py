@@ -177,9 +177,8 @@ def parse_args(argv):
                         "products of two activations) as recipes made again in backward, and one of equal dtype "
                         "copies (teraio.remake; default on)")
     p.add_argument("--reuse-blocks", choices=("on", "off"), default="off",
-                   help="TeraIO modes: Session(reuse_blocks=...): a fetch gets the device block of a tensor moved out "
-                        "earlier in the same executor call when their sizes are equal (default off: it served under 0.5%% of "
-                        "W3's fetches)")
+                   help="TeraIO modes: Session(reuse_blocks=...): the device block of a tensor moved out is kept, inside "
+                        "the budget, for a later fetch of its size (default off: not yet measured on a GPU)")
     p.add_argument("--keep-copies", choices=("on", "off"), default="off",
                    help="TeraIO modes: Session(keep_copies=...): a tensor only read since it came back (a weight "
                         "between micro-batches) keeps its tier copy, and moving it out again drops its device memory "

@@ -2,6 +2,7 @@
 #include "teraio/runtime/executor.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
 #include <utility>
 
@@ -64,10 +65,11 @@ std::string_view to_string(Mode mode) {
 }
 
 Executor::State::Call::~Call() {
+  if (s_.mode != Mode::kPassive && s_.config.budget != 0) return;
   try {
-    s_.memory.end_call();
+    s_.memory.give_back_kept(std::numeric_limits<std::uint64_t>::max(), 0);
   } catch (const std::exception& error) {
-    log::warn("runtime executor: cannot give back memory kept within a call: ", error.what());
+    log::warn("runtime executor: cannot give back kept memory: ", error.what());
   }
 }
 
@@ -245,6 +247,8 @@ void Executor::after_op(OpIndex k, std::span<const TensorId> used) {
 StepStats Executor::end_step() {
   State& s = *state_;
   std::lock_guard lock(s.mutex);
+  // Between steps the program allocates outside the budget's care.
+  s.memory.give_back_kept(std::numeric_limits<std::uint64_t>::max(), 0);
   StepStats done = std::move(s.stats);
   s.stats = StepStats{};
   s.stats.step = s.steps_begun;

@@ -1,4 +1,6 @@
 // runtime/executor_eviction: what the executor moves and when (see executor_state.hpp).
+#include <algorithm>
+
 #include "executor_state.hpp"
 #include "teraio/core/log.hpp"
 #include "teraio/core/strings.hpp"
@@ -13,7 +15,8 @@ std::string Executor::State::over_budget(OpIndex op, std::uint64_t incoming, std
              config.budget, " bytes, at operator ", op, ": ", why);
 }
 
-void Executor::State::make_room(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming) {
+void Executor::State::make_room(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming,
+                                std::uint64_t fetching) {
   if (mode == Mode::kPassive || config.budget == 0) return;
   if (resident + incoming > config.budget) {
     // A step that follows its profile frees what the profile saw freed: looking at those few
@@ -25,7 +28,7 @@ void Executor::State::make_room(OpIndex op, std::span<const TensorId> keep, std:
       forget_freed(keep);
     }
   }
-  free_down_to(op, keep, incoming, config.budget);
+  free_down_to(op, keep, incoming, config.budget, fetching);
 }
 
 std::optional<TensorId> Executor::State::pick_victim(OpIndex op, std::span<const TensorId> keep) const {
@@ -46,8 +49,16 @@ std::optional<TensorId> Executor::State::pick_victim(OpIndex op, std::span<const
 }
 
 void Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming,
-                                   std::uint64_t limit) {
-  while (resident + incoming > limit) {
+                                   std::uint64_t limit, std::uint64_t fetching) {
+  while (true) {
+    // A fetch that gets a kept block turns kept bytes into resident ones: it adds nothing.
+    const std::uint64_t adds =
+        fetching != 0 && memory.keeps(fetching) ? incoming - std::min(incoming, fetching) : incoming;
+    const std::uint64_t kept = memory.kept_bytes();
+    if (resident + kept + adds <= limit) return;
+    // Giving a kept block back moves nothing. An eviction below keeps its block in turn (if
+    // the memory keeps blocks), and the next round gives that back unless the fetch takes it.
+    if (kept > 0 && memory.give_back_kept(resident + kept + adds - limit, fetching) > 0) continue;
     auto offloading = std::find_if(in_flight.begin(), in_flight.end(), [&](TensorId id) {
       return entries.at(id).location == Location::kOffloading && !contains_id(keep, id);
     });
@@ -152,7 +163,7 @@ void* Executor::State::allocate(TensorId id, Entry& e, std::span<const TensorId>
 
 void Executor::State::demand_fetch(TensorId id, Entry& e, OpIndex op, std::span<const TensorId> keep) {
   log::debug("demand fetch of tensor ", id, " (", e.bytes, " bytes) at operator ", op);
-  make_room(op, keep, e.bytes);
+  make_room(op, keep, e.bytes, e.bytes);
   start_fetch(id, e, nullptr, keep);
   ++stats.demand_fetches;
   complete(id, e, op);
@@ -204,7 +215,7 @@ void Executor::State::issue(const plan::Migration& migration, OpIndex op, std::s
   try {
     // An eviction for it may wait for tier room (wait_for_tier_room): skipping the prefetch
     // instead would leave its use a demand fetch, which needs the same room and the copy too.
-    make_room(op, keep, e.bytes);
+    make_room(op, keep, e.bytes, e.bytes);
     start_fetch(id, e, &migration, keep);
   } catch (const Error& error) {
     // No room now (nothing left to move, or the allocator refused twice): the operators

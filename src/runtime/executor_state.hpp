@@ -114,8 +114,8 @@ struct Executor::State {
   // (free_down_to). At the budget's edge every prefetch and demand fetch makes room, and a scan
   // looks at every tracked tensor. Cleared when a call begins (Call).
   bool freed_swept = false;
-  // One executor call: begins it (freed_swept), and ends it on every way out
-  // (TensorMemory::end_call()).
+  // One executor call: begins it (freed_swept), and ends it on every way out: without a budget
+  // to count them in (kPassive, or none set) kept blocks go back then.
   class Call {
    public:
     explicit Call(State& s) : s_(s) { s_.freed_swept = false; }
@@ -288,8 +288,10 @@ struct Executor::State {
     return error.kind() == ErrorKind::kInfeasible || error.kind() == ErrorKind::kTierFull;
   }
 
-  // Outside kPassive, frees device memory until `incoming` more bytes fit the budget.
-  void make_room(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming);
+  // Outside kPassive, frees device memory until `incoming` more bytes fit the budget. `fetching`:
+  // the bytes of the tensor about to be fetched (part of `incoming`), which may take a kept block.
+  void make_room(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming,
+                 std::uint64_t fetching = 0);
 
   // The idle tensor to evict, not one of `keep`: in a planned step the one used furthest ahead,
   // which is what the simulator evicts and the plan's model assumes; otherwise (no plan, or a
@@ -297,10 +299,13 @@ struct Executor::State {
   // LRU order, so among equals the least recently used goes.
   std::optional<TensorId> pick_victim(OpIndex op, std::span<const TensorId> keep) const;
 
-  // Frees device memory until resident + incoming <= limit: first by waiting for offloads
-  // already under way, then by evicting the idle tensor pick_victim chooses. Tensors in `keep`
-  // stay. An eviction no tier has room for waits for a prefetch to give its extent back.
-  void free_down_to(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming, std::uint64_t limit);
+  // Frees device memory until resident + kept + incoming <= limit: first by giving kept blocks
+  // back (TensorMemory::kept_bytes; one of size `fetching` stays for that fetch), then by waiting
+  // for offloads already under way, then by evicting the idle tensor pick_victim chooses.
+  // Tensors in `keep` stay. An eviction no tier has room for waits for a prefetch to give its
+  // extent back.
+  void free_down_to(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming, std::uint64_t limit,
+                    std::uint64_t fetching = 0);
   // Waits for the first of the transfers that give an extent back when done (a prefetch, a
   // taken-back offload) to finish, and retires it; false when none is under way. Stall cause
   // kTierRoom.

@@ -72,12 +72,14 @@ struct SessionConfig {
   // use as a write, and the plan keeps no copies. Off by default: on W3 offloading alone the
   // host tier ran full in the second planned step with it on (bench/RESULTS.md, session 12).
   bool keep_copies = false;
-  // Whether a fetch may get the device block of a tensor moved out earlier in the same executor
-  // call when their sizes are equal, instead of the caching allocator freeing one block and
-  // finding another (StorageMemory). Aimed at W3, where the allocator's page maps take about 30%
-  // of the host's time at the device's limit (bench/RESULTS.md, session 22). Off by default: on
-  // W3 it served 12-49 of about 10 000 fetches per planned step, because an eviction's victim is
-  // seldom the size of the tensor fetched (session 23). The step record counts them (blocks_reused).
+  // Whether the device block of a tensor moved out is kept, inside the budget, for a later fetch
+  // of its size, instead of the caching allocator freeing one block and finding another
+  // (StorageMemory, runtime::TensorMemory::kept_bytes). Kept blocks go back before any tensor is
+  // moved out for room, and at each step's end. Aimed at W3, where the allocator's page maps take
+  // about 30% of the host's time at the device's limit (bench/RESULTS.md, session 22). Off by
+  // default: not yet measured on a GPU. (Session 23 measured an earlier form, kept only within
+  // one executor call: it served 12-49 of about 10 000 fetches per W3 step.) The step record
+  // counts the fetches served (blocks_reused).
   bool reuse_blocks = false;
   // The order the CUDA copier runs each direction's copies in: by the plan's deadlines (as the
   // simulator assumes; the default) or as issued. What ran is in the backends report.
@@ -118,7 +120,7 @@ struct StepRecord {
   // GPU time the compute stream waited for copies handed to the device (CUDA; not in
   // stats.stall_s, which is the operator thread's own waiting).
   double device_stall_s = 0;
-  // Fetches that got a block released earlier in the same executor call (reuse_blocks).
+  // Fetches that got a kept block (reuse_blocks).
   std::uint64_t blocks_reused = 0;
   // The caching allocator's flushes inside TeraIO's fetch allocations, and their time (CUDA).
   std::uint64_t fetch_flushes = 0;

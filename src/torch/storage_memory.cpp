@@ -57,7 +57,8 @@ class FlushWatch {
       if (flushed <= 0) return;
       into_.count += static_cast<std::uint64_t>(flushed);
       into_.ns += static_cast<std::uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_)
+              .count());
     } catch (...) {  // a statistic is not worth a throwing destructor
     }
   }
@@ -148,12 +149,15 @@ void StorageMemory::release(TensorId id) {
   if (found == held_.end()) return;  // the storage owned it (dropped without a copy out): freed
   c10::DataPtr owning = std::move(found->second);
   held_.erase(found);
-  // A block held for its copy out is kept for a fetch later in this call. It is reused in the
+  // A block held for its copy out is kept for a later fetch of its size. It is reused in the
   // order the allocator would hand it to compute-stream work: after the executor queued the
   // compute stream's wait for the copy out (release_after), and a fetch into it waits for the
   // compute stream. Unlike the allocator it does not wait for side streams a block was
   // recorded on (record_stream); the copy out does not either.
-  if (reuse_blocks_ && impl && owning.get() != nullptr) spare_.emplace(impl->nbytes(), std::move(owning));
+  if (reuse_blocks_ && impl && owning.get() != nullptr) {
+    kept_bytes_ += impl->nbytes();
+    spare_.emplace(impl->nbytes(), std::move(owning));
+  }
 }
 
 void StorageMemory::release_after(TensorId id, io::CopyEvent& copied_out) {
@@ -175,10 +179,9 @@ void* StorageMemory::reallocate(TensorId id) {
   if (const auto spare = spare_.find(impl->nbytes()); spare != spare_.end()) {
     fresh = std::move(spare->second);
     spare_.erase(spare);
+    kept_bytes_ -= impl->nbytes();
     ++blocks_reused_;
   } else {
-    // Any other size: the allocator gets the spare blocks back before it looks for one.
-    spare_.clear();
     try {
       const TimedNs timed(parts_.ns(CallbackPart::kAllocate));
       const FlushWatch watch(device_, fetch_flushes_);
@@ -204,8 +207,26 @@ void* StorageMemory::reallocate(TensorId id) {
   return start;
 }
 
+std::uint64_t StorageMemory::give_back_kept(std::uint64_t bytes, std::uint64_t spare) {
+  // Largest first: the fewest blocks go back for the bytes asked.
+  std::uint64_t given = 0;
+  bool spared = false;
+  for (auto block = spare_.end(); block != spare_.begin() && given < bytes;) {
+    --block;
+    if (block->first == spare && !spared) {
+      spared = true;
+      continue;
+    }
+    given += block->first;
+    kept_bytes_ -= block->first;
+    block = spare_.erase(block);
+  }
+  return given;
+}
+
 void StorageMemory::trim() {
   spare_.clear();
+  kept_bytes_ = 0;
 #ifdef TERAIO_TORCH_CUDA
   // Blocks freed behind device-side waits are only reused in stream order; returning the
   // cached ones lets the allocator map one large block again (expandable segments or not).

@@ -17,6 +17,7 @@
 
 #include <c10/core/Device.h>
 
+#include <map>
 #include <unordered_map>
 #include <utility>
 
@@ -44,13 +45,15 @@ class StorageMemory final : public runtime::TensorMemory {
   void release(TensorId id) override;
   void* reallocate(TensorId id) override;
   void trim() override;
-  void end_call() override { spare_.clear(); }
+  std::uint64_t kept_bytes() const override { return kept_bytes_; }
+  bool keeps(std::uint64_t bytes) const override { return spare_.count(bytes) != 0; }
+  std::uint64_t give_back_kept(std::uint64_t bytes, std::uint64_t spare) override;
   // The compute stream waits for the copy on the device (timed by the wait clock).
   void release_after(TensorId id, io::CopyEvent& copied_out) override;
   void use_after(TensorId id, io::CopyEvent& copied_in) override;
   // Seconds the compute stream waited for copies since the last call (once per step).
   double collect_device_stall() { return clock_->collect(); }
-  // Fetches given a block released earlier in the same executor call, since the last call.
+  // Fetches given a kept block (reuse_blocks), since the last call.
   std::uint64_t collect_blocks_reused() { return std::exchange(blocks_reused_, 0); }
   // The caching allocator's flushes (retries after freeing its whole cache) that happened inside
   // a fetch's allocation, and those allocations' time, since the last call. On W3 each flush
@@ -88,11 +91,12 @@ class StorageMemory final : public runtime::TensorMemory {
   // memory was taken since it last did, or a transfer settled (Executor::settled_changes).
   bool held_changed_ = true;
   std::uint64_t changes_seen_ = ~std::uint64_t{0};
-  // Blocks released in the executor's current call, by size, for a fetch of the same size in
-  // the same call (reuse_blocks): it gets the block without the caching allocator freeing and
-  // finding one. Given back to the allocator at the call's end, or before any other allocation.
+  // Blocks of tensors moved out, by size, kept for a later fetch of the same size
+  // (reuse_blocks): it gets one without the caching allocator freeing a block and finding
+  // another. The executor counts them against the budget and says when they go back.
   bool reuse_blocks_;
-  std::unordered_multimap<std::size_t, c10::DataPtr> spare_;
+  std::multimap<std::uint64_t, c10::DataPtr> spare_;
+  std::uint64_t kept_bytes_ = 0;
   std::uint64_t blocks_reused_ = 0;
   FetchFlushes fetch_flushes_;
 };

@@ -1,7 +1,8 @@
-"""Session(reuse_blocks=True): a fetch gets the block of a tensor moved out earlier in the same
-executor call when their sizes are equal, instead of the allocator freeing one and finding
-another. The training stays exact, the step record counts the reused blocks, and blocks of
-another size are not reused."""
+"""Session(reuse_blocks=True): the block of a tensor moved out is kept, inside the budget, for a
+later fetch of its size, instead of the allocator freeing one and finding another. Here every
+eviction is at the budget's edge, so a block is either taken by the fetch that needed the room
+or goes back at once (blocks kept across calls: test_training_exact.py). The training stays
+exact, the step record counts the reused blocks, and blocks of another size are not reused."""
 from __future__ import annotations
 
 import torch
@@ -63,8 +64,8 @@ def test_a_block_of_another_size_is_not_reused():
 
 @requires_cuda
 def test_on_cuda_a_reused_block_is_back_with_the_allocator_between_operators():
-    """Each call gives its unused spare blocks back at its end, and a reused block counts once:
-    between operators the caching allocator holds the same bytes with reuse as without."""
+    """A block over the budget goes back at once, and a reused block counts once: between
+    operators the caching allocator holds the same bytes with reuse as without."""
     reused_allocated, plain_allocated = [], []
     reused_steps, _ = run(reuse=True, device="cuda", allocated=reused_allocated)
     run(reuse=False, device="cuda", allocated=plain_allocated)

@@ -230,6 +230,14 @@ def test_copies_run_as_issued_stay_exact(device, swap_dir):
     assert "in issue order" in run.report["backends"]
 
 
+def test_blocks_kept_for_later_fetches_stay_exact(device, swap_dir):
+    # reuse_blocks=True: the memory of a tensor moved out stays with the session, inside the
+    # budget, until a fetch of its size takes it or room is needed.
+    run = check_case(gpt, adamw, device, swap_dir, reuse_blocks=True)
+    planned = planned_steps(run)
+    assert sum(s["blocks_reused"] for s in planned) > 0, [s["blocks_reused"] for s in planned]
+
+
 def test_gradient_accumulation_exact(device, swap_dir):
     check_case(gpt, adamw, device, swap_dir, accumulate=3)
 

@@ -113,30 +113,6 @@ TEST(ExecutorReactive, LooksForFreedTensorsOncePerCall) {
   EXPECT_GT(stats.freed_scan_s, 0.0);
 }
 
-TEST(ExecutorReactive, EndsEveryCallOnItsMemoryEvenWhenItThrows) {
-  Rig rig(2 * kBytes);
-  Executor& ex = reactive_step_with(rig, 3);
-  ex.before_op(0, {}, 0);  // evicts 1: the budget holds two
-  ASSERT_EQ(ex.location(1), Location::kHost);
-  EXPECT_EQ(rig.memory().end_calls(), 1u);
-  // The call ends after its work: the eviction's release came before it, not after.
-  EXPECT_EQ(rig.memory().released_by_call_end(), std::vector<int>{1});
-  ex.after_op(0, {});
-  const TensorId away[] = {1};
-  ex.fetch(away);
-  EXPECT_EQ(rig.memory().end_calls(), 3u);
-  // Three tensors cannot all be resident under a budget of two: the call throws, and ends.
-  EXPECT_THROW(ex.fetch_all(), Error);
-  EXPECT_EQ(rig.memory().end_calls(), 4u);
-  ex.drain();
-  ex.drain_keeping_valid();
-  EXPECT_EQ(rig.memory().end_calls(), 6u);
-  // Queries are not calls that move memory.
-  static_cast<void>(ex.location(2));
-  static_cast<void>(ex.resident_bytes());
-  EXPECT_EQ(rig.memory().end_calls(), 6u);
-}
-
 TEST(ExecutorReactive, ManyTensorsStayFast) {
   RigOptions options;
   options.host_capacity = 16 * kMiB;

@@ -50,8 +50,12 @@ class FakeMemory final : public TensorMemory {
       return;
     }
     std::fill(buffer->begin(), buffer->end(), std::byte{0xDE});
+    if (keeping_) {
+      kept_bytes_ += buffer->size();
+      kept_.emplace(buffer->size(), std::move(buffer));
+      return;
+    }
     buffer.reset();
-    ++released_in_call_;
   }
   void* reallocate(TensorId id) override {
     if (refusals_ > 0) {
@@ -60,15 +64,44 @@ class FakeMemory final : public TensorMemory {
     }
     auto& buffer = buffers_.at(id);
     if (buffer) ADD_FAILURE() << "reallocate() of tensor " << id << " that still holds memory";
+    if (const auto kept = kept_.find(sizes_.at(id)); kept != kept_.end()) {
+      buffer = std::move(kept->second);
+      kept_.erase(kept);
+      kept_bytes_ -= buffer->size();
+      ++blocks_reused_;
+      std::fill(buffer->begin(), buffer->end(), std::byte{0xCD});
+      return buffer->data();
+    }
     buffer = std::make_unique<std::vector<std::byte>>(sizes_.at(id), std::byte{0xCD});
     return buffer->data();
   }
 
-  void trim() override { ++trims_; }
-  void end_call() override { released_by_call_end_.push_back(std::exchange(released_in_call_, 0)); }
-  std::size_t end_calls() const { return released_by_call_end_.size(); }
-  // For each end_call(), how many release() calls came since the one before.
-  const std::vector<int>& released_by_call_end() const { return released_by_call_end_; }
+  void trim() override {
+    ++trims_;
+    kept_.clear();
+    kept_bytes_ = 0;
+  }
+  // From now on release() keeps blocks for a later reallocate() of their size, as
+  // StorageMemory does with reuse_blocks.
+  void keep_released_blocks() { keeping_ = true; }
+  std::uint64_t kept_bytes() const override { return kept_bytes_; }
+  bool keeps(std::uint64_t bytes) const override { return kept_.count(bytes) != 0; }
+  std::uint64_t give_back_kept(std::uint64_t bytes, std::uint64_t spare) override {
+    std::uint64_t given = 0;
+    bool spared = false;
+    for (auto block = kept_.end(); block != kept_.begin() && given < bytes;) {  // largest first
+      --block;
+      if (block->first == spare && !spared) {
+        spared = true;
+        continue;
+      }
+      given += block->first;
+      kept_bytes_ -= block->first;
+      block = kept_.erase(block);
+    }
+    return given;
+  }
+  int blocks_reused() const { return blocks_reused_; }
   // The next `count` reallocate() calls fail as a full device allocator's would.
   void refuse_allocations(int count) { refusals_ = count; }
   int trims() const { return trims_; }
@@ -91,8 +124,10 @@ class FakeMemory final : public TensorMemory {
   std::map<TensorId, int> copy_outs_;
   int refusals_ = 0;
   int trims_ = 0;
-  int released_in_call_ = 0;
-  std::vector<int> released_by_call_end_;
+  bool keeping_ = false;
+  std::multimap<std::uint64_t, std::unique_ptr<std::vector<std::byte>>> kept_;
+  std::uint64_t kept_bytes_ = 0;
+  int blocks_reused_ = 0;
 };
 
 struct RigOptions {

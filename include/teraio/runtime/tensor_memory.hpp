@@ -3,6 +3,8 @@
 // tests implement it over plain buffers. Every call comes from the thread that runs operators.
 #pragma once
 
+#include <cstdint>
+
 #include "teraio/io/device_copy.hpp"
 #include "teraio/trace/trace.hpp"
 
@@ -31,13 +33,26 @@ class TensorMemory {
   // it and waits for the fill before any operator uses the tensor. Throws
   // Error{kOutOfMemory} when the allocator has no block that large.
   virtual void* reallocate(TensorId id) = 0;
-  // Hands memory the allocator caches but nobody uses back to the device, so that a large
-  // block can be made of it (the executor calls it before retrying a refused reallocate).
+  // Hands memory the allocator caches but nobody uses back to the device, kept blocks too, so
+  // that a large block can be made of it (the executor calls it before retrying a refused
+  // reallocate).
   virtual void trim() {}
-  // The executor's call (before_op, after_op, fetch, fetch_all, drain) is over, also when it threw.
-  // Memory release() kept for a fetch of the same size later in the same call must go back
-  // now: between calls the operators allocate, and the executor counts it as free.
-  virtual void end_call() {}
+  // Device memory that release() kept for a later fetch of its size (reuse_blocks), in bytes.
+  // It counts against the budget as a resident tensor does: the executor gives it back before
+  // it moves a tensor out, and keeps none outside a step with a budget.
+  virtual std::uint64_t kept_bytes() const { return 0; }
+  // Whether a fetch of `bytes` would get a kept block from reallocate().
+  virtual bool keeps(std::uint64_t bytes) const {
+    static_cast<void>(bytes);
+    return false;
+  }
+  // Gives kept blocks back to the allocator until `bytes` have gone or none is left but one of
+  // size `spare` (for the fetch about to take it; 0: none spared). Returns the bytes given back.
+  virtual std::uint64_t give_back_kept(std::uint64_t bytes, std::uint64_t spare) {
+    static_cast<void>(bytes);
+    static_cast<void>(spare);
+    return 0;
+  }
   // Drops the tensor's memory once `copied_out` (the device side of its copy out) completes.
   // On CUDA the compute stream waits for the copy on the device and the block goes back to
   // the allocator at once, so the host does not drain the GPU's queue; the default waits on
