@@ -65,11 +65,17 @@ std::string_view to_string(Mode mode) {
 }
 
 Executor::State::Call::~Call() {
-  if (s_.mode != Mode::kPassive && s_.config.budget != 0) return;
+  // Outside a step the program allocates outside the budget's care (the session fetches for
+  // operators between steps too, and such a call may retire a copy out and keep its block).
+  if (s_.in_step && s_.mode != Mode::kPassive && s_.config.budget != 0) return;
+  s_.give_back_all_spares();
+}
+
+void Executor::State::give_back_all_spares() {
   try {
-    s_.memory.give_back_kept(std::numeric_limits<std::uint64_t>::max(), 0);
+    memory.give_back_spares(std::numeric_limits<std::uint64_t>::max(), 0);
   } catch (const std::exception& error) {
-    log::warn("runtime executor: cannot give back kept memory: ", error.what());
+    log::warn("runtime executor: cannot give back spare blocks: ", error.what());
   }
 }
 
@@ -196,6 +202,7 @@ void Executor::begin_step() {
   s.stats = StepStats{};
   s.released.clear();
   s.stats.step = s.steps_begun++;
+  s.in_step = true;
   s.stats.mode = s.mode;
   s.stats.peak_resident = s.resident;
 }
@@ -247,8 +254,8 @@ void Executor::after_op(OpIndex k, std::span<const TensorId> used) {
 StepStats Executor::end_step() {
   State& s = *state_;
   std::lock_guard lock(s.mutex);
-  // Between steps the program allocates outside the budget's care.
-  s.memory.give_back_kept(std::numeric_limits<std::uint64_t>::max(), 0);
+  s.in_step = false;
+  s.give_back_all_spares();
   StepStats done = std::move(s.stats);
   s.stats = StepStats{};
   s.stats.step = s.steps_begun;

@@ -18,7 +18,7 @@ std::string Executor::State::over_budget(OpIndex op, std::uint64_t incoming, std
 void Executor::State::make_room(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming,
                                 std::uint64_t fetching) {
   if (mode == Mode::kPassive || config.budget == 0) return;
-  if (resident + incoming > config.budget) {
+  if (resident + memory.spare_bytes() + incoming > config.budget) {
     // A step that follows its profile frees what the profile saw freed: looking at those few
     // suffices (W3 at its budget's edge: ~1400 scans of every tracked tensor, 1.2 s per step).
     // A tensor freed otherwise is forgotten when picked for eviction (free_down_to).
@@ -51,14 +51,14 @@ std::optional<TensorId> Executor::State::pick_victim(OpIndex op, std::span<const
 void Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming,
                                    std::uint64_t limit, std::uint64_t fetching) {
   while (true) {
-    // A fetch that gets a kept block turns kept bytes into resident ones: it adds nothing.
+    // A fetch that gets a spare block turns spare bytes into resident ones: it adds nothing.
     const std::uint64_t adds =
-        fetching != 0 && memory.keeps(fetching) ? incoming - std::min(incoming, fetching) : incoming;
-    const std::uint64_t kept = memory.kept_bytes();
-    if (resident + kept + adds <= limit) return;
-    // Giving a kept block back moves nothing. An eviction below keeps its block in turn (if
+        fetching != 0 && memory.has_spare(fetching) ? incoming - std::min(incoming, fetching) : incoming;
+    const std::uint64_t spare = memory.spare_bytes();
+    if (resident + spare + adds <= limit) return;
+    // Giving a spare block back moves nothing. An eviction below keeps its block in turn (if
     // the memory keeps blocks), and the next round gives that back unless the fetch takes it.
-    if (kept > 0 && memory.give_back_kept(resident + kept + adds - limit, fetching) > 0) continue;
+    if (spare > 0 && memory.give_back_spares(resident + spare + adds - limit, fetching) > 0) continue;
     auto offloading = std::find_if(in_flight.begin(), in_flight.end(), [&](TensorId id) {
       return entries.at(id).location == Location::kOffloading && !contains_id(keep, id);
     });
@@ -148,6 +148,15 @@ void* Executor::State::allocate(TensorId id, Entry& e, std::span<const TensorId>
                " bytes: ", error.what());
   }
   ++stats.allocation_retries;
+  // Spare blocks go back first: the allocator may make the block of them, and nothing moves.
+  if (memory.spare_bytes() > 0) {
+    give_back_all_spares();
+    try {
+      return memory.reallocate(id);
+    } catch (const Error& error) {
+      if (error.kind() != ErrorKind::kOutOfMemory) throw;
+    }
+  }
   std::vector<TensorId> stay(keep.begin(), keep.end());
   stay.push_back(id);
   forget_freed(stay);

@@ -114,8 +114,8 @@ struct Executor::State {
   // (free_down_to). At the budget's edge every prefetch and demand fetch makes room, and a scan
   // looks at every tracked tensor. Cleared when a call begins (Call).
   bool freed_swept = false;
-  // One executor call: begins it (freed_swept), and ends it on every way out: without a budget
-  // to count them in (kPassive, or none set) kept blocks go back then.
+  // One executor call: begins it (freed_swept), and ends it on every way out: outside a step,
+  // or without a budget to count them in (kPassive, or none set), spare blocks go back then.
   class Call {
    public:
     explicit Call(State& s) : s_(s) { s_.freed_swept = false; }
@@ -137,6 +137,9 @@ struct Executor::State {
   std::uint64_t use_clock = 0;
   std::uint64_t resident = 0;
   std::uint64_t steps_begun = 0;
+  bool in_step = false;  // between begin_step() and end_step()
+  // Gives every spare block back to the allocator (TensorMemory::give_back_spares); never throws.
+  void give_back_all_spares();
   OpIndex current_op = 0;
   StepStats stats;
 
@@ -289,7 +292,7 @@ struct Executor::State {
   }
 
   // Outside kPassive, frees device memory until `incoming` more bytes fit the budget. `fetching`:
-  // the bytes of the tensor about to be fetched (part of `incoming`), which may take a kept block.
+  // the bytes of the tensor about to be fetched (part of `incoming`), which may take a spare block.
   void make_room(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming,
                  std::uint64_t fetching = 0);
 
@@ -299,8 +302,8 @@ struct Executor::State {
   // LRU order, so among equals the least recently used goes.
   std::optional<TensorId> pick_victim(OpIndex op, std::span<const TensorId> keep) const;
 
-  // Frees device memory until resident + kept + incoming <= limit: first by giving kept blocks
-  // back (TensorMemory::kept_bytes; one of size `fetching` stays for that fetch), then by waiting
+  // Frees device memory until resident + spare blocks + incoming <= limit: first by giving spare blocks
+  // back (TensorMemory::spare_bytes; one of size `fetching` stays for that fetch), then by waiting
   // for offloads already under way, then by evicting the idle tensor pick_victim chooses.
   // Tensors in `keep` stay. An eviction no tier has room for waits for a prefetch to give its
   // extent back.

@@ -74,7 +74,7 @@ struct SessionConfig {
   bool keep_copies = false;
   // Whether the device block of a tensor moved out is kept, inside the budget, for a later fetch
   // of its size, instead of the caching allocator freeing one block and finding another
-  // (StorageMemory, runtime::TensorMemory::kept_bytes). Kept blocks go back before any tensor is
+  // (StorageMemory, runtime::TensorMemory::spare_bytes). Spare blocks go back before any tensor is
   // moved out for room, and at each step's end. Aimed at W3, where the allocator's page maps take
   // about 30% of the host's time at the device's limit (bench/RESULTS.md, session 22). Off by
   // default: not yet measured on a GPU. (Session 23 measured an earlier form, kept only within
@@ -120,7 +120,7 @@ struct StepRecord {
   // GPU time the compute stream waited for copies handed to the device (CUDA; not in
   // stats.stall_s, which is the operator thread's own waiting).
   double device_stall_s = 0;
-  // Fetches that got a kept block (reuse_blocks).
+  // Fetches that got a spare block (reuse_blocks).
   std::uint64_t blocks_reused = 0;
   // The caching allocator's flushes inside TeraIO's fetch allocations, and their time (CUDA).
   std::uint64_t fetch_flushes = 0;

@@ -1,5 +1,6 @@
 #include "storage_memory.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -155,8 +156,8 @@ void StorageMemory::release(TensorId id) {
   // compute stream. Unlike the allocator it does not wait for side streams a block was
   // recorded on (record_stream); the copy out does not either.
   if (reuse_blocks_ && impl && owning.get() != nullptr) {
-    kept_bytes_ += impl->nbytes();
-    spare_.emplace(impl->nbytes(), std::move(owning));
+    spare_bytes_ += impl->nbytes();
+    spare_.emplace(impl->nbytes(), SpareBlock{std::move(owning), current_stream()});
   }
 }
 
@@ -176,10 +177,10 @@ void StorageMemory::use_after(TensorId id, io::CopyEvent& copied_in) {
 void* StorageMemory::reallocate(TensorId id) {
   const c10::intrusive_ptr<c10::StorageImpl> impl = live(id);
   c10::DataPtr fresh;
-  if (const auto spare = spare_.find(impl->nbytes()); spare != spare_.end()) {
-    fresh = std::move(spare->second);
+  if (const auto spare = find_spare(impl->nbytes()); spare != spare_.end()) {
+    fresh = std::move(spare->second.block);
     spare_.erase(spare);
-    kept_bytes_ -= impl->nbytes();
+    spare_bytes_ -= impl->nbytes();
     ++blocks_reused_;
   } else {
     try {
@@ -207,18 +208,37 @@ void* StorageMemory::reallocate(TensorId id) {
   return start;
 }
 
-std::uint64_t StorageMemory::give_back_kept(std::uint64_t bytes, std::uint64_t spare) {
+c10::StreamId StorageMemory::current_stream() const {
+#ifdef TERAIO_TORCH_CUDA
+  if (device_.is_cuda()) return c10::cuda::getCurrentCUDAStream(device_.index()).id();
+#endif
+  return 0;
+}
+
+std::multimap<std::uint64_t, StorageMemory::SpareBlock>::iterator StorageMemory::find_spare(
+    std::uint64_t bytes) {
+  if (spare_.empty()) return spare_.end();
+  const c10::StreamId stream = current_stream();
+  auto [block, end] = spare_.equal_range(bytes);
+  while (block != end && block->second.stream != stream) ++block;
+  return block == end ? spare_.end() : block;
+}
+
+bool StorageMemory::has_spare(std::uint64_t bytes) const {
+  const c10::StreamId stream = current_stream();
+  const auto [first, end] = spare_.equal_range(bytes);
+  return std::any_of(first, end, [&](const auto& block) { return block.second.stream == stream; });
+}
+
+std::uint64_t StorageMemory::give_back_spares(std::uint64_t bytes, std::uint64_t for_fetch) {
   // Largest first: the fewest blocks go back for the bytes asked.
+  const auto spared = for_fetch != 0 ? find_spare(for_fetch) : spare_.end();
   std::uint64_t given = 0;
-  bool spared = false;
   for (auto block = spare_.end(); block != spare_.begin() && given < bytes;) {
     --block;
-    if (block->first == spare && !spared) {
-      spared = true;
-      continue;
-    }
+    if (block == spared) continue;
     given += block->first;
-    kept_bytes_ -= block->first;
+    spare_bytes_ -= block->first;
     block = spare_.erase(block);
   }
   return given;
@@ -226,7 +246,7 @@ std::uint64_t StorageMemory::give_back_kept(std::uint64_t bytes, std::uint64_t s
 
 void StorageMemory::trim() {
   spare_.clear();
-  kept_bytes_ = 0;
+  spare_bytes_ = 0;
 #ifdef TERAIO_TORCH_CUDA
   // Blocks freed behind device-side waits are only reused in stream order; returning the
   // cached ones lets the allocator map one large block again (expandable segments or not).

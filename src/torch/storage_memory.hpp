@@ -1,7 +1,8 @@
 // torch/storage_memory: the executor's TensorMemory over PyTorch storages. Moving a storage
 // out replaces its data pointer with an empty one (every tensor and view of it stays valid as
 // an object; the observer fetches the bytes back before any operator touches them) and gives
-// the memory back to PyTorch's allocator only after the copy out has completed; moving it in
+// the memory back to PyTorch's allocator only after the copy out has completed (or keeps it
+// for a later fetch of its size, with reuse_blocks, as long as the executor says); moving it in
 // allocates through the storage's own allocator (CUDA: the caching allocator, on the compute
 // stream) and installs the new pointer. Where the executor hands a wait to the device, the
 // compute stream waits for the copy's event before the block is reused or the tensor is read.
@@ -16,6 +17,7 @@
 #pragma once
 
 #include <c10/core/Device.h>
+#include <c10/core/Stream.h>
 
 #include <map>
 #include <unordered_map>
@@ -45,15 +47,15 @@ class StorageMemory final : public runtime::TensorMemory {
   void release(TensorId id) override;
   void* reallocate(TensorId id) override;
   void trim() override;
-  std::uint64_t kept_bytes() const override { return kept_bytes_; }
-  bool keeps(std::uint64_t bytes) const override { return spare_.count(bytes) != 0; }
-  std::uint64_t give_back_kept(std::uint64_t bytes, std::uint64_t spare) override;
+  std::uint64_t spare_bytes() const override { return spare_bytes_; }
+  bool has_spare(std::uint64_t bytes) const override;
+  std::uint64_t give_back_spares(std::uint64_t bytes, std::uint64_t for_fetch) override;
   // The compute stream waits for the copy on the device (timed by the wait clock).
   void release_after(TensorId id, io::CopyEvent& copied_out) override;
   void use_after(TensorId id, io::CopyEvent& copied_in) override;
   // Seconds the compute stream waited for copies since the last call (once per step).
   double collect_device_stall() { return clock_->collect(); }
-  // Fetches given a kept block (reuse_blocks), since the last call.
+  // Fetches given a spare block (reuse_blocks), since the last call.
   std::uint64_t collect_blocks_reused() { return std::exchange(blocks_reused_, 0); }
   // The caching allocator's flushes (retries after freeing its whole cache) that happened inside
   // a fetch's allocation, and those allocations' time, since the last call. On W3 each flush
@@ -94,9 +96,19 @@ class StorageMemory final : public runtime::TensorMemory {
   // Blocks of tensors moved out, by size, kept for a later fetch of the same size
   // (reuse_blocks): it gets one without the caching allocator freeing a block and finding
   // another. The executor counts them against the budget and says when they go back.
+  // A block is ordered after its copy out through the stream current when it was released
+  // (release_after), and a fetch into it waits for the stream current then (reallocate): it is
+  // reused only by a fetch on the stream it was released on.
+  struct SpareBlock {
+    c10::DataPtr block;
+    c10::StreamId stream;
+  };
+  c10::StreamId current_stream() const;
+  // A spare block of `bytes` for a fetch on the current stream, or spare_.end().
+  std::multimap<std::uint64_t, SpareBlock>::iterator find_spare(std::uint64_t bytes);
   bool reuse_blocks_;
-  std::multimap<std::uint64_t, c10::DataPtr> spare_;
-  std::uint64_t kept_bytes_ = 0;
+  std::multimap<std::uint64_t, SpareBlock> spare_;
+  std::uint64_t spare_bytes_ = 0;
   std::uint64_t blocks_reused_ = 0;
   FetchFlushes fetch_flushes_;
 };

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -30,6 +32,7 @@ class FakeMemory final : public TensorMemory {
   void add(TensorId id, std::size_t bytes) {
     sizes_[id] = bytes;
     buffers_[id] = std::make_unique<std::vector<std::byte>>(pattern(bytes, static_cast<std::uint32_t>(id)));
+    hold(static_cast<std::int64_t>(bytes));
   }
   void* data(TensorId id) override {
     auto& buffer = buffers_.at(id);
@@ -51,57 +54,65 @@ class FakeMemory final : public TensorMemory {
     }
     std::fill(buffer->begin(), buffer->end(), std::byte{0xDE});
     if (keeping_) {
-      kept_bytes_ += buffer->size();
-      kept_.emplace(buffer->size(), std::move(buffer));
+      spare_bytes_ += buffer->size();
+      spares_.emplace(buffer->size(), std::move(buffer));
       return;
     }
+    hold(-static_cast<std::int64_t>(buffer->size()));
     buffer.reset();
   }
   void* reallocate(TensorId id) override {
-    if (refusals_ > 0) {
-      --refusals_;
-      throw Error(ErrorKind::kOutOfMemory, "fake allocator: no block for tensor " + std::to_string(id));
-    }
     auto& buffer = buffers_.at(id);
     if (buffer) ADD_FAILURE() << "reallocate() of tensor " << id << " that still holds memory";
-    if (const auto kept = kept_.find(sizes_.at(id)); kept != kept_.end()) {
+    if (const auto kept = spares_.find(sizes_.at(id)); kept != spares_.end()) {
       buffer = std::move(kept->second);
-      kept_.erase(kept);
-      kept_bytes_ -= buffer->size();
+      spares_.erase(kept);
+      spare_bytes_ -= buffer->size();
       ++blocks_reused_;
       std::fill(buffer->begin(), buffer->end(), std::byte{0xCD});
       return buffer->data();
     }
+    // Only the allocator refuses: a spare block of the size is there without it.
+    if (refusals_ > 0) {
+      --refusals_;
+      throw Error(ErrorKind::kOutOfMemory, "fake allocator: no block for tensor " + std::to_string(id));
+    }
     buffer = std::make_unique<std::vector<std::byte>>(sizes_.at(id), std::byte{0xCD});
+    hold(static_cast<std::int64_t>(sizes_.at(id)));
     return buffer->data();
   }
 
   void trim() override {
     ++trims_;
-    kept_.clear();
-    kept_bytes_ = 0;
+    hold(-static_cast<std::int64_t>(spare_bytes_));
+    spares_.clear();
+    spare_bytes_ = 0;
   }
   // From now on release() keeps blocks for a later reallocate() of their size, as
   // StorageMemory does with reuse_blocks.
   void keep_released_blocks() { keeping_ = true; }
-  std::uint64_t kept_bytes() const override { return kept_bytes_; }
-  bool keeps(std::uint64_t bytes) const override { return kept_.count(bytes) != 0; }
-  std::uint64_t give_back_kept(std::uint64_t bytes, std::uint64_t spare) override {
+  std::uint64_t spare_bytes() const override { return spare_bytes_; }
+  bool has_spare(std::uint64_t bytes) const override { return spares_.count(bytes) != 0; }
+  std::uint64_t give_back_spares(std::uint64_t bytes, std::uint64_t for_fetch) override {
     std::uint64_t given = 0;
     bool spared = false;
-    for (auto block = kept_.end(); block != kept_.begin() && given < bytes;) {  // largest first
+    for (auto block = spares_.end(); block != spares_.begin() && given < bytes;) {  // largest first
       --block;
-      if (block->first == spare && !spared) {
+      if (block->first == for_fetch && !spared) {
         spared = true;
         continue;
       }
       given += block->first;
-      kept_bytes_ -= block->first;
-      block = kept_.erase(block);
+      spare_bytes_ -= block->first;
+      hold(-static_cast<std::int64_t>(block->first));
+      block = spares_.erase(block);
     }
     return given;
   }
   int blocks_reused() const { return blocks_reused_; }
+  // The most memory held at once: every tensor's buffer and every spare block.
+  std::uint64_t peak_held() const { return peak_held_; }
+  void reset_peak_held() { peak_held_ = held_; }
   // The next `count` reallocate() calls fail as a full device allocator's would.
   void refuse_allocations(int count) { refusals_ = count; }
   int trims() const { return trims_; }
@@ -125,9 +136,15 @@ class FakeMemory final : public TensorMemory {
   int refusals_ = 0;
   int trims_ = 0;
   bool keeping_ = false;
-  std::multimap<std::uint64_t, std::unique_ptr<std::vector<std::byte>>> kept_;
-  std::uint64_t kept_bytes_ = 0;
+  std::multimap<std::uint64_t, std::unique_ptr<std::vector<std::byte>>> spares_;
+  std::uint64_t spare_bytes_ = 0;
   int blocks_reused_ = 0;
+  std::uint64_t held_ = 0;
+  std::uint64_t peak_held_ = 0;
+  void hold(std::int64_t bytes) {
+    held_ = static_cast<std::uint64_t>(static_cast<std::int64_t>(held_) + bytes);
+    peak_held_ = std::max(peak_held_, held_);
+  }
 };
 
 struct RigOptions {

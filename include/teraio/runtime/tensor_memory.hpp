@@ -33,24 +33,24 @@ class TensorMemory {
   // it and waits for the fill before any operator uses the tensor. Throws
   // Error{kOutOfMemory} when the allocator has no block that large.
   virtual void* reallocate(TensorId id) = 0;
-  // Hands memory the allocator caches but nobody uses back to the device, kept blocks too, so
+  // Hands memory the allocator caches but nobody uses back to the device, spare blocks too, so
   // that a large block can be made of it (the executor calls it before retrying a refused
   // reallocate).
   virtual void trim() {}
-  // Device memory that release() kept for a later fetch of its size (reuse_blocks), in bytes.
-  // It counts against the budget as a resident tensor does: the executor gives it back before
-  // it moves a tensor out, and keeps none outside a step with a budget.
-  virtual std::uint64_t kept_bytes() const { return 0; }
-  // Whether a fetch of `bytes` would get a kept block from reallocate().
-  virtual bool keeps(std::uint64_t bytes) const {
+  // Device memory that release() kept as spare blocks for a later fetch of their size
+  // (reuse_blocks). It counts against the budget as a resident tensor does: the executor gives
+  // it back before it moves a tensor out, and keeps none outside a step with a budget.
+  virtual std::uint64_t spare_bytes() const { return 0; }
+  // Whether a fetch of `bytes` would get a spare block from reallocate().
+  virtual bool has_spare(std::uint64_t bytes) const {
     static_cast<void>(bytes);
     return false;
   }
-  // Gives kept blocks back to the allocator until `bytes` have gone or none is left but one of
-  // size `spare` (for the fetch about to take it; 0: none spared). Returns the bytes given back.
-  virtual std::uint64_t give_back_kept(std::uint64_t bytes, std::uint64_t spare) {
+  // Gives spare blocks back to the allocator until `bytes` have gone or none is left but the one
+  // a fetch of `for_fetch` bytes would take (0: no fetch). Returns the bytes given back.
+  virtual std::uint64_t give_back_spares(std::uint64_t bytes, std::uint64_t for_fetch) {
     static_cast<void>(bytes);
-    static_cast<void>(spare);
+    static_cast<void>(for_fetch);
     return 0;
   }
   // Drops the tensor's memory once `copied_out` (the device side of its copy out) completes.
