@@ -23,10 +23,10 @@ constexpr std::uint64_t kBytes = 16 * kKiB;
 
 // A planned step over tensors of `sizes` (ids 1, 2, ...) whose plan moves `away` out at
 // operator 0 (and, with `back_at`, brings the first of them back there for its use one
-// operator later); returns once they are away.
-Executor& planned_with_away(Rig& rig, const std::vector<std::uint64_t>& sizes,
-                            const std::vector<TensorId>& away,
-                            std::optional<OpIndex> back_at = std::nullopt) {
+// operator later); returns once operator 0's copies out are issued.
+Executor& planned_moving_out(Rig& rig, const std::vector<std::uint64_t>& sizes,
+                             const std::vector<TensorId>& away,
+                             std::optional<OpIndex> back_at = std::nullopt) {
   rig.memory().keep_released_blocks();
   for (std::size_t i = 0; i < sizes.size(); ++i) rig.add(static_cast<TensorId>(i + 1), sizes[i]);
   std::vector<plan::Migration> migrations;
@@ -38,6 +38,14 @@ Executor& planned_with_away(Rig& rig, const std::vector<std::uint64_t>& sizes,
   ex.set_mode(Mode::kPlanned);
   ex.begin_step();
   ex.before_op(0, {});
+  return ex;
+}
+
+// The same, returning once the tensors are away.
+Executor& planned_with_away(Rig& rig, const std::vector<std::uint64_t>& sizes,
+                            const std::vector<TensorId>& away,
+                            std::optional<OpIndex> back_at = std::nullopt) {
+  Executor& ex = planned_moving_out(rig, sizes, away, back_at);
   ex.drain();
   for (const TensorId id : away) EXPECT_EQ(ex.location(id), Location::kHost);
   return ex;
@@ -132,14 +140,7 @@ TEST(ExecutorSpareBlock, NoneIsKeptByACallBetweenSteps) {
   // A copy out planned late in a step is retired by a call after the step (the session fetches
   // for operators between steps too): its block must not stay while the program allocates.
   Rig rig(3 * kBytes);
-  rig.memory().keep_released_blocks();
-  rig.add(1, kBytes);
-  rig.add(2, kBytes);
-  Executor& ex = rig.executor();
-  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kHost, 0)}));
-  ex.set_mode(Mode::kPlanned);
-  ex.begin_step();
-  ex.before_op(0, {});
+  Executor& ex = planned_moving_out(rig, {kBytes, kBytes}, {1});
   static_cast<void>(ex.end_step());
   const TensorId two[] = {2};
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -153,14 +154,7 @@ TEST(ExecutorSpareBlock, NoneIsKeptByACallBetweenSteps) {
 
 TEST(ExecutorSpareBlock, NoneIsKeptInPassiveModeUnderABudget) {
   Rig rig(3 * kBytes);
-  rig.memory().keep_released_blocks();
-  rig.add(1, kBytes);
-  rig.add(2, kBytes);
-  Executor& ex = rig.executor();
-  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kHost, 0)}));
-  ex.set_mode(Mode::kPlanned);
-  ex.begin_step();
-  ex.before_op(0, {});
+  Executor& ex = planned_moving_out(rig, {kBytes, kBytes}, {1});
   ex.set_mode(Mode::kPassive);
   ex.drain();
   EXPECT_EQ(ex.location(1), Location::kHost);
