@@ -225,6 +225,7 @@ std::multimap<std::uint64_t, StorageMemory::SpareBlock>::iterator StorageMemory:
 }
 
 bool StorageMemory::has_spare(std::uint64_t bytes) const {
+  if (spare_.empty()) return false;  // reuse_blocks off: asked at every eviction, so kept cheap
   const c10::StreamId stream = current_stream();
   const auto [first, end] = spare_.equal_range(bytes);
   return std::any_of(first, end, [&](const auto& block) { return block.second.stream == stream; });
