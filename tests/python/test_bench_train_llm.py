@@ -92,6 +92,20 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
         assert (out / "share_of_ideal.png").stat().st_size > 0
 
 
+def test_reuse_blocks_reaches_the_session_and_its_counts_the_table(tmp_path, swap_dir):
+    out = tmp_path / "out"
+    done = run_bench("--workload", "tiny", "--modes", "ideal,teraio-ssd", "--steps", "2", "--teraio-budget", "1MiB",
+                     "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--out", str(out), "--reuse-blocks", "on")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    entry = json.loads((out / "tiny-nocap.json").read_text())["modes"]["teraio-ssd"]
+    assert entry["summary"]["exact"] is True
+    planned = [s for s in entry["steps"] if s["phase"] == "planned"]
+    assert planned and sum(s["blocks_reused"] for s in planned) > 0, [s["blocks_reused"] for s in planned]
+    # No caching allocator on the CPU: no flush happens inside a fetch.
+    assert all(s["fetch_flushes"] == 0 and s["fetch_flush_s"] == 0 for s in entry["steps"])
+    assert "blocks reused" in done.stdout
+
+
 def test_unknown_mode_is_refused(tmp_path):
     done = run_bench("--workload", "tiny", "--modes", "ideal,zero3", "--out", str(tmp_path))
     assert done.returncode == 2
