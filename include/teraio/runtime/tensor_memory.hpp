@@ -34,12 +34,13 @@ class TensorMemory {
   // Error{kOutOfMemory} when the allocator has no block that large.
   virtual void* reallocate(TensorId id) = 0;
   // Hands memory the allocator caches but nobody uses back to the device, spare blocks too, so
-  // that a large block can be made of it (the executor calls it before retrying a refused
-  // reallocate).
+  // that a large block can be made of it (the executor calls it before its last retry of a
+  // refused reallocate).
   virtual void trim() {}
   // Device memory that release() kept as spare blocks for a later fetch of their size
   // (reuse_blocks). It counts against the budget as a resident tensor does: the executor gives
-  // it back before it moves a tensor out, and keeps none outside a step with a budget.
+  // it back before it moves a tensor out, and keeps none outside a step, in passive mode or
+  // without a budget.
   virtual std::uint64_t spare_bytes() const { return 0; }
   // Whether a fetch of `bytes` would get a spare block from reallocate().
   virtual bool has_spare(std::uint64_t bytes) const {
@@ -55,8 +56,8 @@ class TensorMemory {
   }
   // Drops the tensor's memory once `copied_out` (the device side of its copy out) completes.
   // On CUDA the compute stream waits for the copy on the device and the block goes back to
-  // the allocator at once, so the host does not drain the GPU's queue; the default waits on
-  // the host.
+  // the allocator (or is kept as a spare block) at once, so the host does not drain the GPU's
+  // queue; the default waits on the host.
   virtual void release_after(TensorId id, io::CopyEvent& copied_out) {
     copied_out.wait();
     release(id);
