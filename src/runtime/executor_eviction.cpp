@@ -139,23 +139,23 @@ bool Executor::State::wait_for_tier_room(OpIndex op) {
   return true;
 }
 
-void* Executor::State::allocate(TensorId id, Entry& e, std::span<const TensorId> keep) {
+void* Executor::State::reallocate_unless_refused(TensorId id) {
   try {
     return memory.reallocate(id);
   } catch (const Error& error) {
     if (error.kind() != ErrorKind::kOutOfMemory) throw;
-    log::debug("fetch of tensor ", id, " refused by the allocator, freeing ", e.bytes,
-               " bytes: ", error.what());
+    log::debug("fetch of tensor ", id, " refused by the allocator: ", error.what());
   }
+  return nullptr;
+}
+
+void* Executor::State::allocate(TensorId id, Entry& e, std::span<const TensorId> keep) {
+  if (void* fresh = reallocate_unless_refused(id)) return fresh;
   ++stats.allocation_retries;
   // Spare blocks go back first: the allocator may make the block of them, and nothing moves.
   if (memory.spare_bytes() > 0) {
     give_back_all_spares();
-    try {
-      return memory.reallocate(id);
-    } catch (const Error& error) {
-      if (error.kind() != ErrorKind::kOutOfMemory) throw;
-    }
+    if (void* fresh = reallocate_unless_refused(id)) return fresh;
   }
   std::vector<TensorId> stay(keep.begin(), keep.end());
   stay.push_back(id);

@@ -316,9 +316,12 @@ struct Executor::State {
 
   // A fresh allocation for a fetch. The allocator may refuse one although the tracked tensors
   // are within the budget (memory TeraIO does not track, blocks too fragmented to join): then
-  // as many bytes again are moved out beyond the budget, the allocator's cached blocks go back
-  // to the device, and it is asked once more; a second refusal is raised.
+  // it is asked again with the spare blocks given back (if any), then once more after as many
+  // bytes again are moved out beyond the budget and the allocator's cached blocks go back to
+  // the device; a refusal then is raised.
   void* allocate(TensorId id, Entry& e, std::span<const TensorId> keep);
+  // memory.reallocate(id), or nullptr where the allocator refused it (logged).
+  void* reallocate_unless_refused(TensorId id);
 
   void demand_fetch(TensorId id, Entry& e, OpIndex op, std::span<const TensorId> keep);
 

@@ -178,8 +178,7 @@ void* StorageMemory::reallocate(TensorId id) {
   const c10::intrusive_ptr<c10::StorageImpl> impl = live(id);
   c10::DataPtr fresh;
   if (const auto spare = find_spare(impl->nbytes()); spare != spare_.end()) {
-    fresh = std::move(spare->second.block);
-    spare_.erase(spare);
+    fresh = std::move(spare_.extract(spare).mapped().block);
     spare_bytes_ -= impl->nbytes();
     ++blocks_reused_;
   } else {
@@ -215,25 +214,19 @@ c10::StreamId StorageMemory::current_stream() const {
   return 0;
 }
 
-std::multimap<std::uint64_t, StorageMemory::SpareBlock>::iterator StorageMemory::find_spare(
-    std::uint64_t bytes) {
-  if (spare_.empty()) return spare_.end();
-  const c10::StreamId stream = current_stream();
-  auto [block, end] = spare_.equal_range(bytes);
-  while (block != end && block->second.stream != stream) ++block;
-  return block == end ? spare_.end() : block;
-}
-
-bool StorageMemory::has_spare(std::uint64_t bytes) const {
-  if (spare_.empty()) return false;  // reuse_blocks off: asked at every eviction, so kept cheap
+std::multimap<std::uint64_t, StorageMemory::SpareBlock>::const_iterator StorageMemory::find_spare(
+    std::uint64_t bytes) const {
+  if (spare_.empty()) return spare_.end();  // reuse_blocks off: asked at every eviction, so kept cheap
   const c10::StreamId stream = current_stream();
   const auto [first, end] = spare_.equal_range(bytes);
-  return std::any_of(first, end, [&](const auto& block) { return block.second.stream == stream; });
+  const auto found =
+      std::find_if(first, end, [&](const auto& block) { return block.second.stream == stream; });
+  return found == end ? spare_.end() : found;
 }
 
 std::uint64_t StorageMemory::give_back_spares(std::uint64_t bytes, std::uint64_t for_fetch) {
   // Largest first: the fewest blocks go back for the bytes asked.
-  const auto spared = for_fetch != 0 ? find_spare(for_fetch) : spare_.end();
+  const auto spared = for_fetch != 0 ? find_spare(for_fetch) : spare_.cend();
   std::uint64_t given = 0;
   for (auto block = spare_.end(); block != spare_.begin() && given < bytes;) {
     --block;

@@ -48,7 +48,7 @@ class StorageMemory final : public runtime::TensorMemory {
   void* reallocate(TensorId id) override;
   void trim() override;
   std::uint64_t spare_bytes() const override { return spare_bytes_; }
-  bool has_spare(std::uint64_t bytes) const override;
+  bool has_spare(std::uint64_t bytes) const override { return find_spare(bytes) != spare_.end(); }
   std::uint64_t give_back_spares(std::uint64_t bytes, std::uint64_t for_fetch) override;
   // The compute stream waits for the copy on the device (timed by the wait clock).
   void release_after(TensorId id, io::CopyEvent& copied_out) override;
@@ -105,7 +105,7 @@ class StorageMemory final : public runtime::TensorMemory {
   };
   c10::StreamId current_stream() const;
   // A spare block of `bytes` for a fetch on the current stream, or spare_.end().
-  std::multimap<std::uint64_t, SpareBlock>::iterator find_spare(std::uint64_t bytes);
+  std::multimap<std::uint64_t, SpareBlock>::const_iterator find_spare(std::uint64_t bytes) const;
   bool reuse_blocks_;
   std::multimap<std::uint64_t, SpareBlock> spare_;
   std::uint64_t spare_bytes_ = 0;

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-import teraio
 from conftest import requires_cuda
+from test_session_reuse_blocks import run as take_turns
 
 ELEMENTS = 1 << 20  # 4 MiB fp32 storages
 
@@ -14,15 +14,8 @@ ELEMENTS = 1 << 20  # 4 MiB fp32 storages
 def run(device):
     """Three storages take turns under a budget of two (reactive eviction alone), so every use
     of one that is away fetches it. Returns the step records."""
-    torch.manual_seed(0)
-    tensors = [torch.randn(ELEMENTS).to(device) for _ in range(3)]
-    with teraio.Session(gpu_budget=2 * ELEMENTS * 4, host_budget=16 * ELEMENTS * 4, device=device, warmup_steps=1,
-                        profile_steps=1, plan_filter=lambda migrations: []) as session:
-        for _ in range(3):
-            with session.step():
-                for t in tensors:
-                    t.mul(2).sum().item()
-        return session.report()["steps"]
+    steps, _ = take_turns(reuse=False, sizes=(ELEMENTS,) * 3, device=device)
+    return steps
 
 
 def test_off_cuda_no_fetch_is_counted_as_flushing():

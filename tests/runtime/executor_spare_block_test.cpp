@@ -161,19 +161,25 @@ TEST(ExecutorSpareBlock, NoneIsKeptInPassiveModeUnderABudget) {
   EXPECT_EQ(rig.memory().spare_bytes(), 0u);
 }
 
-TEST(ExecutorSpareBlock, ARefusedAllocationIsRetriedWithTheSpareBlocksBackBeforeAnythingMoves) {
-  Rig rig(4 * kBytes);
+// Tensor 3 (two blocks) is away and one block is spare, and the allocator refuses the next
+// `refusals` allocations; then 3 is fetched. The budget holds 3 with the small block still spare.
+Executor& fetch_under_refusals(Rig& rig, int refusals) {
   Executor& ex = planned_with_away(rig, {kBytes, kBytes, 2 * kBytes}, {1, 3});
-  ASSERT_EQ(rig.memory().spare_bytes(), 3 * kBytes);
+  EXPECT_EQ(rig.memory().spare_bytes(), 3 * kBytes);
   // Room for 2 blocks of outputs: the larger spare block goes back, the smaller stays.
   ex.before_op(1, {}, 2 * kBytes);
-  ASSERT_EQ(rig.memory().spare_bytes(), kBytes);
-  // 3 fits the budget with the small block still spare, but the allocator refuses it once: the
-  // spare block goes back, and the retry succeeds without moving 2 out.
-  rig.memory().refuse_allocations(1);
+  EXPECT_EQ(rig.memory().spare_bytes(), kBytes);
+  rig.memory().refuse_allocations(refusals);
   const TensorId three[] = {3};
   ex.fetch(three);
   EXPECT_TRUE(rig.memory().intact(3));
+  return ex;
+}
+
+TEST(ExecutorSpareBlock, ARefusedAllocationIsRetriedWithTheSpareBlocksBackBeforeAnythingMoves) {
+  Rig rig(4 * kBytes);
+  Executor& ex = fetch_under_refusals(rig, 1);
+  // The spare block went back, and the retry succeeded without moving 2 out.
   EXPECT_EQ(rig.memory().spare_bytes(), 0u);
   EXPECT_EQ(rig.memory().trims(), 0);
   EXPECT_EQ(ex.location(2), Location::kDevice);
@@ -182,13 +188,7 @@ TEST(ExecutorSpareBlock, ARefusedAllocationIsRetriedWithTheSpareBlocksBackBefore
 
 TEST(ExecutorSpareBlock, ASecondRefusalMovesTensorsOutAsWithoutSpareBlocks) {
   Rig rig(4 * kBytes);
-  Executor& ex = planned_with_away(rig, {kBytes, kBytes, 2 * kBytes}, {1, 3});
-  ex.before_op(1, {}, 2 * kBytes);
-  ASSERT_EQ(rig.memory().spare_bytes(), kBytes);
-  rig.memory().refuse_allocations(2);
-  const TensorId three[] = {3};
-  ex.fetch(three);
-  EXPECT_TRUE(rig.memory().intact(3));
+  Executor& ex = fetch_under_refusals(rig, 2);
   EXPECT_EQ(rig.memory().trims(), 1);
   EXPECT_EQ(ex.location(2), Location::kHost);
   EXPECT_EQ(ex.end_step().allocation_retries, 1u);
