@@ -178,7 +178,8 @@ def parse_args(argv):
                         "copies (teraio.remake; default on)")
     p.add_argument("--reuse-blocks", choices=("on", "off"), default="off",
                    help="TeraIO modes: Session(reuse_blocks=...): the device block of a tensor moved out is kept, inside "
-                        "the budget, for a later fetch of its size (default off: not yet measured on a GPU)")
+                        "the budget, for a later fetch of its size (default off: on W3 it more than doubled the allocator's "
+                        "flushes and made the step 9%% slower, bench/RESULTS.md session 24)")
     p.add_argument("--keep-copies", choices=("on", "off"), default="off",
                    help="TeraIO modes: Session(keep_copies=...): a tensor only read since it came back (a weight "
                         "between micro-batches) keeps its tier copy, and moving it out again drops its device memory "

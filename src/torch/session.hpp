@@ -78,9 +78,10 @@ struct SessionConfig {
   // back before any tensor is moved out for room or a refused allocation is retried, are kept only
   // inside a step, and serve only fetches on the stream they were released on. Aimed at W3, where
   // the allocator's page maps take about 30% of the host's time at the device's limit
-  // (bench/RESULTS.md, session 22). Off by default: not yet measured on a GPU. (Session 23
-  // measured an earlier form, kept only within one executor call: it served 12-49 of about
-  // 10 000 fetches per W3 step.) The step record counts the fetches served (blocks_reused).
+  // (bench/RESULTS.md, session 22). Off by default because it made W3 slower (session 24):
+  // it served about 4 300 fetches per step, but the slack it holds is what the allocator lends
+  // to operators' temporaries, and their flushes more than doubled. The step record counts
+  // the fetches served (blocks_reused).
   bool reuse_blocks = false;
   // The order the CUDA copier runs each direction's copies in: by the plan's deadlines (as the
   // simulator assumes; the default) or as issued. What ran is in the backends report.
