@@ -55,6 +55,7 @@ import torch  # noqa: E402
 if importlib.util.find_spec("teraio") is None:
     sys.path.append(str(pathlib.Path(__file__).resolve().parents[1] / "python"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import flush_sizes  # noqa: E402  (bench/flush_sizes.py)
 import gpu_profile  # noqa: E402  (bench/gpu_profile.py)
 import host_watch  # noqa: E402  (bench/host_watch.py)
 
@@ -192,6 +193,10 @@ def parse_args(argv):
                    help="after the measured steps, run one more step under torch.profiler (CUDA) and report "
                         "where its GPU time went (bench/gpu_profile.py): kernels, idle time with and without "
                         "copies running, the copies' bandwidth one way and both ways at once")
+    p.add_argument("--flush-sizes", action="store_true",
+                   help="after the measured steps, run one more step with the CUDA allocator's history on and "
+                        "report which requests made it flush its cache: their sizes and Python frames "
+                        "(bench/flush_sizes.py; CUDA only)")
     p.add_argument("--save-trace", action="store_true",
                    help="TeraIO modes: save the profiled trace (binary) and the plan beside the timeline")
     p.add_argument("--recompute-tier", choices=("host", "ssd", "mixed"), default="host",
@@ -650,6 +655,14 @@ def train(args, workload, mode, device, result, stem):
             print(f"[{mode}] gpu profile: {gpu_profile.describe(result['gpu_profile'])}", flush=True)
             for line in gpu_profile.late_scopes(result["gpu_profile"]):
                 print(f"[{mode}] {line}", flush=True)
+        if args.flush_sizes:
+            if device.type == "cuda":
+                result["flush_sizes"] = flush_sizes.record_one_step(session, one_step, note_loss, session_fields,
+                                                                    device)
+                for line in flush_sizes.describe(result["flush_sizes"]):
+                    print(f"[{mode}] flush sizes: {line}", flush=True)
+            else:
+                print(f"[{mode}] --flush-sizes: skipped, the allocator's history is CUDA's only", flush=True)
         if recasts is not None:
             result["recast"] = recasts.describe()
             print(f"[{mode}] teraio.recast: {result['recast']}", flush=True)

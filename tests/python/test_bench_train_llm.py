@@ -95,8 +95,11 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
 def test_reuse_blocks_reaches_the_session_and_its_counts_the_table(tmp_path, swap_dir):
     out = tmp_path / "out"
     done = run_bench("--workload", "tiny", "--modes", "ideal,teraio-ssd", "--steps", "2", "--teraio-budget", "1MiB",
-                     "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--out", str(out), "--reuse-blocks", "on")
+                     "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--out", str(out), "--reuse-blocks", "on",
+                     "--flush-sizes")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    # The allocator's history is CUDA's: on the CPU the extra step is skipped, and says so.
+    assert "--flush-sizes: skipped" in done.stdout
     entry = json.loads((out / "tiny-nocap.json").read_text())["modes"]["teraio-ssd"]
     assert entry["summary"]["exact"] is True
     planned = [s for s in entry["steps"] if s["phase"] == "planned"]
@@ -203,3 +206,57 @@ def test_gpu_profile_scopes_nest_by_parent():
                                                                       for i in range(30000)])
     assert scopes.at(1, 299998) == ("Optimizer.step", "Optimizer.step")
     assert scopes.at(1, 3) == ("Optimizer.step", "aten::mul")
+
+
+def test_flush_sizes_names_the_request_after_each_run_of_unmaps():
+    sys.path.insert(0, str(SCRIPT.parent))
+    import flush_sizes
+
+    mib = 1 << 20
+    head = [{"filename": "/x/torch/nn/modules/module.py", "line": 1, "name": "_call_impl"},
+            {"filename": "/site/transformers/models/llama/modeling_llama.py", "line": 7, "name": "forward"},
+            {"filename": "/w/bench/train_llm.py", "line": 9, "name": "loss"}]
+    trace = [
+        {"action": "alloc", "size": 2 * mib, "frames": head},  # no flush before it
+        {"action": "segment_unmap", "size": 20 * mib}, {"action": "segment_unmap", "size": 40 * mib},
+        {"action": "segment_map", "size": 1024 * mib},
+        {"action": "alloc", "size": 1024 * mib, "frames": head},
+        {"action": "free_requested", "size": 1024 * mib},
+        {"action": "segment_unmap", "size": 2 * mib},
+        {"action": "alloc", "size": 1024 * mib, "frames": head},
+        {"action": "segment_unmap", "size": 2 * mib},
+        {"action": "alloc", "size": 32 * mib, "frames": []},
+        {"action": "segment_unmap", "size": 2 * mib},  # the step ended inside a flush
+    ]
+    s = flush_sizes.summarize(trace)
+    assert s["flushes"] == 3 and s["unmaps"] == 4 and s["unmapped_bytes"] == 64 * mib
+    assert s["allocs"] == 4 and s["allocs_256mib_or_more"] == 2 and s["flushes_for_256mib_or_more"] == 2
+    assert s["unfinished"] is True
+    top = s["by_request"][0]
+    assert top == {"size": 1024 * mib, "flushes": 2,
+                   "site": "llama/modeling_llama.py:7 forward < bench/train_llm.py:9 loss"}
+    assert s["by_request"][1]["site"].startswith("(no Python frame")
+    lines = flush_sizes.describe(s)
+    assert lines[0].startswith("3 flushes in the recorded step (4 unmaps, 0.1 GiB unmapped); 2 of them")
+    assert "1024.0 MiB" in lines[1]
+
+
+def test_on_cuda_flush_sizes_reads_the_allocators_history():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("the allocator's history is CUDA's")
+    sys.path.insert(0, str(SCRIPT.parent))
+    import flush_sizes
+
+    device = torch.device("cuda", torch.cuda.current_device())
+
+    def one_step(measured):
+        dropped = torch.empty(96 << 20, dtype=torch.uint8, device=device)
+        del dropped
+        torch.cuda.empty_cache()  # the same events as a flush at the limit
+        kept = torch.empty(96 << 20, dtype=torch.uint8, device=device)  # the request after it
+        return {"step": 0}, kept
+
+    s = flush_sizes.record_one_step(None, one_step, lambda record, loss: None, dict, device)
+    assert s["flushes"] >= 1 and s["unmapped_bytes"] >= 96 << 20, s
+    assert any(row["size"] == 96 << 20 and "test_bench_train_llm.py" in row["site"] for row in s["by_request"]), s
