@@ -9,7 +9,8 @@ allocator's event history over one extra, unmeasured step (torch.cuda.memory's
 _record_memory_history, Python stacks only) and names the request after each flush: its size
 and the Python frames that made it. A flush shows in the history as a run of segment_unmap
 events (segment_free without expandable segments, which free memory only there); the next
-alloc is the request it served. torch.cuda.empty_cache() looks the same and is counted too.
+alloc is the request it served. A run followed by a free instead was an emptied cache
+(torch.cuda.empty_cache(), TeraIO's trim), not a request's flush: it is counted apart.
 """
 from __future__ import annotations
 
@@ -60,14 +61,24 @@ def summarize(trace, top=12):
             run["site"] = "(out of memory)"
             flushes.append(run)
             run = None
+        elif action in ("free_requested", "free_completed") and run is not None:
+            # A flush inside malloc is followed by its request at once; a free first means the
+            # cache was emptied outside an allocation (empty_cache, or TeraIO's trim).
+            run["size"] = 0
+            run["site"] = "(cache emptied outside an allocation)"
+            flushes.append(run)
+            run = None
     allocs = [e for e in trace if e.get("action") == "alloc"]
     big = [e for e in allocs if int(e.get("size", 0)) >= 256 * MIB]
+    emptied = [f for f in flushes if f["size"] == 0]
+    flushes = [f for f in flushes if f["size"] > 0]
     by_request = collections.Counter((f["size"], f["site"]) for f in flushes)
     by_size = collections.Counter(f["size"] for f in flushes)
     return {
         "flushes": len(flushes),
         "unmaps": sum(f["unmaps"] for f in flushes),
         "unmapped_bytes": sum(f["unmapped_bytes"] for f in flushes),
+        "emptied": len(emptied),
         "allocs": len(allocs),
         "allocs_256mib_or_more": len(big),
         "flushes_for_256mib_or_more": sum(1 for f in flushes if f["size"] >= 256 * MIB),
@@ -82,7 +93,8 @@ def describe(summary):
     s = summary
     lines = [f"{s['flushes']} flushes in the recorded step ({s['unmaps']} unmaps, "
              f"{s['unmapped_bytes'] / (1 << 30):.1f} GiB unmapped); {s['flushes_for_256mib_or_more']} of them "
-             f"for requests of 256 MiB or more ({s['allocs_256mib_or_more']} such of {s['allocs']} allocations)"]
+             f"for requests of 256 MiB or more ({s['allocs_256mib_or_more']} such of {s['allocs']} allocations); "
+             f"the cache emptied {s.get('emptied', 0)} times outside an allocation"]
     for row in s["by_request"]:
         lines.append(f"  {row['flushes']:4d} x {row['size'] / MIB:9.1f} MiB  {row['site']}")
     return lines

@@ -226,11 +226,16 @@ def test_flush_sizes_names_the_request_after_each_run_of_unmaps():
         {"action": "alloc", "size": 1024 * mib, "frames": head},
         {"action": "segment_unmap", "size": 2 * mib},
         {"action": "alloc", "size": 32 * mib, "frames": []},
+        {"action": "free_requested", "size": 32 * mib},
+        {"action": "segment_unmap", "size": 8 * mib},  # emptied, then a free: no request's flush
+        {"action": "free_completed", "size": 32 * mib},
+        {"action": "alloc", "size": 1024 * mib, "frames": head},
         {"action": "segment_unmap", "size": 2 * mib},  # the step ended inside a flush
     ]
     s = flush_sizes.summarize(trace)
     assert s["flushes"] == 3 and s["unmaps"] == 4 and s["unmapped_bytes"] == 64 * mib
-    assert s["allocs"] == 4 and s["allocs_256mib_or_more"] == 2 and s["flushes_for_256mib_or_more"] == 2
+    assert s["emptied"] == 1
+    assert s["allocs"] == 5 and s["allocs_256mib_or_more"] == 3 and s["flushes_for_256mib_or_more"] == 2
     assert s["unfinished"] is True
     top = s["by_request"][0]
     assert top == {"size": 1024 * mib, "flushes": 2,
@@ -238,6 +243,7 @@ def test_flush_sizes_names_the_request_after_each_run_of_unmaps():
     assert s["by_request"][1]["site"].startswith("(no Python frame")
     lines = flush_sizes.describe(s)
     assert lines[0].startswith("3 flushes in the recorded step (4 unmaps, 0.1 GiB unmapped); 2 of them")
+    assert lines[0].endswith("the cache emptied 1 times outside an allocation")
     assert "1024.0 MiB" in lines[1]
 
 
