@@ -11,6 +11,11 @@ and the Python frames that made it. A flush shows in the history as a run of seg
 events (segment_free without expandable segments, which free memory only there); the next
 alloc is the request it served. A run followed by a free instead was an emptied cache
 (torch.cuda.empty_cache(), TeraIO's trim), not a request's flush: it is counted apart.
+Limits: a cache emptied just before an allocation (empty_cache() then a tensor, or TeraIO's
+trim before retrying a refused fetch) reads as a flush for that allocation; a refused fetch
+reads as two (its oom, then the retry). The Python frames do not say whether TeraIO's callback
+or the operator itself asked: in the backward neither has a Python frame. The summary's
+alloc_retries, the allocator's own count over the step, is there to check the history against.
 """
 from __future__ import annotations
 
@@ -95,26 +100,49 @@ def describe(summary):
              f"{s['unmapped_bytes'] / (1 << 30):.1f} GiB unmapped); {s['flushes_for_256mib_or_more']} of them "
              f"for requests of 256 MiB or more ({s['allocs_256mib_or_more']} such of {s['allocs']} allocations); "
              f"the cache emptied {s.get('emptied', 0)} times outside an allocation"]
+    if "alloc_retries" in s:
+        lines.append(f"  the allocator counted {s['alloc_retries']} retries in the step"
+                     + ("; the history is full: the step's first events are lost" if s.get("history_full") else ""))
+    if s.get("unfinished"):
+        lines.append("  the step ended inside a run of unmaps (not counted)")
     for row in s["by_request"]:
         lines.append(f"  {row['flushes']:4d} x {row['size'] / MIB:9.1f} MiB  {row['site']}")
     return lines
 
 
+MAX_ENTRIES = 2_000_000  # W3's step records about 600 000 events
+
+
+def _retries(device):
+    return torch.cuda.memory_stats(device).get("num_alloc_retries", 0)
+
+
 def record_one_step(session, one_step, note_loss, fields, device):
-    """One more (unmeasured) step with the allocator's history on; its flushes summarized."""
+    """One more (unmeasured) step with the allocator's history on; its flushes summarized.
+
+    The history is recorded for every device (PyTorch ignores the device here); this device's
+    trace is read. The step counts in the session's totals (the recast notes) like any other.
+    """
     record_history = torch.cuda.memory._record_memory_history
-    record_history(enabled="all", context="alloc", stacks="python", max_entries=2_000_000, device=device)
+    retries_before = _retries(device)
+    record_history(enabled="all", context="alloc", stacks="python", max_entries=MAX_ENTRIES)
     try:
         with session.step() if session is not None else contextlib.nullcontext():
             record, loss = one_step(False)
         torch.cuda.synchronize(device)
-        snapshot = torch.cuda.memory._snapshot(device)
+        snapshot = torch.cuda.memory._snapshot()
     finally:
-        record_history(enabled=None, device=device)
+        record_history(enabled=None)
     note_loss(record, loss)
     if session is not None:
         record.update(fields(session.last_step))
     record["phase"] = "flush-sizes"
     traces = snapshot.get("device_traces", [])
     index = device.index if device.index is not None else torch.cuda.current_device()
-    return summarize(traces[index] if index < len(traces) else [])
+    trace = traces[index] if index < len(traces) else []
+    summary = summarize(trace)
+    # The allocator's own count, to check the history against: a retry with nothing to unmap
+    # leaves no run of unmaps, and a full history has lost the step's first events.
+    summary["alloc_retries"] = _retries(device) - retries_before
+    summary["history_full"] = len(trace) >= MAX_ENTRIES
+    return summary

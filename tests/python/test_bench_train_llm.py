@@ -230,21 +230,26 @@ def test_flush_sizes_names_the_request_after_each_run_of_unmaps():
         {"action": "segment_unmap", "size": 8 * mib},  # emptied, then a free: no request's flush
         {"action": "free_completed", "size": 32 * mib},
         {"action": "alloc", "size": 1024 * mib, "frames": head},
+        {"action": "segment_free", "size": 64 * mib},  # the classic allocator's flush
+        {"action": "segment_alloc", "size": 512 * mib},
+        {"action": "oom", "size": 512 * mib},
         {"action": "segment_unmap", "size": 2 * mib},  # the step ended inside a flush
     ]
     s = flush_sizes.summarize(trace)
-    assert s["flushes"] == 3 and s["unmaps"] == 4 and s["unmapped_bytes"] == 64 * mib
+    assert s["flushes"] == 4 and s["unmaps"] == 5 and s["unmapped_bytes"] == 128 * mib
     assert s["emptied"] == 1
-    assert s["allocs"] == 5 and s["allocs_256mib_or_more"] == 3 and s["flushes_for_256mib_or_more"] == 2
+    assert s["allocs"] == 5 and s["allocs_256mib_or_more"] == 3 and s["flushes_for_256mib_or_more"] == 3
+    assert {"size": 512 * mib, "site": "(out of memory)", "flushes": 1} in s["by_request"]
     assert s["unfinished"] is True
     top = s["by_request"][0]
     assert top == {"size": 1024 * mib, "flushes": 2,
                    "site": "llama/modeling_llama.py:7 forward < bench/train_llm.py:9 loss"}
     assert s["by_request"][1]["site"].startswith("(no Python frame")
     lines = flush_sizes.describe(s)
-    assert lines[0].startswith("3 flushes in the recorded step (4 unmaps, 0.1 GiB unmapped); 2 of them")
+    assert lines[0].startswith("4 flushes in the recorded step (5 unmaps, 0.1 GiB unmapped); 3 of them")
     assert lines[0].endswith("the cache emptied 1 times outside an allocation")
-    assert "1024.0 MiB" in lines[1]
+    assert lines[1] == "  the step ended inside a run of unmaps (not counted)"
+    assert "1024.0 MiB" in lines[2]
 
 
 def test_on_cuda_flush_sizes_reads_the_allocators_history():
@@ -265,4 +270,5 @@ def test_on_cuda_flush_sizes_reads_the_allocators_history():
 
     s = flush_sizes.record_one_step(None, one_step, lambda record, loss: None, dict, device)
     assert s["flushes"] >= 1 and s["unmapped_bytes"] >= 96 << 20, s
+    assert s["alloc_retries"] == 0 and s["history_full"] is False  # emptied by hand, no retry
     assert any(row["size"] == 96 << 20 and "test_bench_train_llm.py" in row["site"] for row in s["by_request"]), s
