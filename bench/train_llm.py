@@ -117,6 +117,7 @@ STEP_FIELDS = ("phase", "mode", "stall_s", "bytes_to_host", "bytes_from_host", "
                "demand_fetches", "evictions", "peak_resident")
 # Reported by newer native builds only (device-side waits): recorded when present.
 OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "blocks_reused", "fetch_flushes", "fetch_flush_s",
+                        "hole_opened", "hole_taken", "hole_take_flushes",
                         "allocation_retries", "stall_by_cause_s",
                         "callback_s", "callback_parts_s", "before_op_parts_s", "freed_scans", "freed_scan_s",
                         "dropped", "bytes_dropped", "copies_given_up", "retimed")
@@ -181,6 +182,11 @@ def parse_args(argv):
                    help="TeraIO modes: Session(reuse_blocks=...): the device block of a tensor moved out is kept, inside "
                         "the budget, for a later fetch of its size (default off: on W3 it more than doubled the allocator's "
                         "flushes and made the step 9%% slower, bench/RESULTS.md session 24)")
+    p.add_argument("--hole", default="0", metavar="SIZE",
+                   help="TeraIO modes: Session(hole_bytes=SIZE): planned steps hold a device block of SIZE, inside "
+                        "the budget, and hand it to the allocator just before an operator whose largest output "
+                        "was over half that size last step (W3: 2004MiB, a vocabulary-sized fp32 weight); "
+                        "default 0, none")
     p.add_argument("--keep-copies", choices=("on", "off"), default="off",
                    help="TeraIO modes: Session(keep_copies=...): a tensor only read since it came back (a weight "
                         "between micro-batches) keeps its tier copy, and moving it out again drops its device memory "
@@ -495,7 +501,8 @@ def open_session(args, mode, device):
                           device=device, record_releases=args.release_tracking == "on",
                           copy_order=args.copy_order, recast_weights=args.recast_weights == "on",
                           recast_activations=args.recast_activations == "on", keep_copies=args.keep_copies == "on",
-                          retime_steps=args.retime, reuse_blocks=args.reuse_blocks == "on")
+                          retime_steps=args.retime, reuse_blocks=args.reuse_blocks == "on",
+                          hole_bytes=args.hole)
 
 
 def configure_numerics(args, workload):
@@ -750,6 +757,9 @@ def print_step(args, mode, record, total):
                 line += f" freed scans {record['freed_scans']} ({record['freed_scan_s']:.3f} s)"
             if record.get("blocks_reused"):
                 line += f" blocks reused {record['blocks_reused']}"
+            if record.get("hole_opened") or record.get("hole_taken"):
+                line += (f" hole handed over {record['hole_opened']} taken {record['hole_taken']}"
+                         f" ({record['hole_take_flushes']} flushes taking it)")
     if record.get("gc_collections"):
         line += f" gc {record['gc_s']:.3f} s ({record['gc_collections']})"
     if record.get("alloc_retries") or record.get("device_allocs") or record.get("device_frees"):

@@ -182,6 +182,7 @@ class Session:
         keep_copies=False,
         retime_steps=0,
         reuse_blocks=False,
+        hole_bytes=0,
     ):
         if isinstance(ssd, (str, os.PathLike)):
             ssd = [ssd]
@@ -208,6 +209,7 @@ class Session:
             "copy_order": str(copy_order),
             "keep_copies": bool(keep_copies),
             "reuse_blocks": bool(reuse_blocks),
+            "hole_bytes": _size(hole_bytes, "hole_bytes"),
         }
         for key, value in (bandwidths or {}).items():
             if key not in ("d2h", "h2d", "ssd_read", "ssd_write"):

@@ -36,6 +36,9 @@ py::dict step_dict(const StepRecord& r) {
   d["device_stall_s"] = r.device_stall_s;
   d["device_waits"] = s.device_waits;
   d["blocks_reused"] = r.blocks_reused;
+  d["hole_opened"] = r.hole_opened;
+  d["hole_taken"] = r.hole_taken;
+  d["hole_take_flushes"] = r.hole_take_flushes;
   d["fetch_flushes"] = r.fetch_flushes;
   d["fetch_flush_s"] = r.fetch_flush_s;
   d["callback_s"] = r.callback_s;
@@ -155,6 +158,7 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   c.record_releases = get("record_releases", false);
   c.keep_copies = get("keep_copies", false);
   c.reuse_blocks = get("reuse_blocks", false);
+  c.hole_bytes = get("hole_bytes", std::uint64_t{0});
   c.copy_order = io::parse_copy_order(get("copy_order", std::string("deadline")));
   if (d.contains("enqueue_host_copies") && !d["enqueue_host_copies"].is_none())
     c.enqueue_host_copies = d["enqueue_host_copies"].cast<bool>();

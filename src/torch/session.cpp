@@ -70,6 +70,12 @@ Session::Session(SessionConfig config)
   if (!config_.ssd_paths.empty() && config_.ssd_capacity == 0) {
     throw Error(ErrorKind::kInvalidArgument, "ssd paths given but ssd_capacity is 0");
   }
+  if (config_.hole_bytes > 0 && config_.hole_bytes >= config_.gpu_budget) {
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("hole_bytes (", format_bytes(config_.hole_bytes), ") must be below gpu_budget (",
+                    config_.gpu_budget == 0 ? std::string("none") : format_bytes(config_.gpu_budget),
+                    "): the hole counts in the budget"));
+  }
   copier_ = make_copier(device_, config_.copy_order);
   io::EngineConfig engine;
   engine.host_capacity = config_.host_budget;
@@ -83,11 +89,14 @@ Session::Session(SessionConfig config)
   store_ = std::make_unique<io::TierStore>(*copier_, engine);
   memory_ = std::make_unique<StorageMemory>(table_, *copier_, device_, callback_parts_, config_.reuse_blocks);
   runtime::ExecutorConfig executor_config;
-  executor_config.budget = config_.gpu_budget;
+  // The hole's bytes are the budget's too: tracked tensors get the rest.
+  const std::uint64_t tracked_budget = config_.gpu_budget - config_.hole_bytes;
+  executor_config.budget = tracked_budget;
   executor_ = std::make_unique<runtime::Executor>(*store_, *memory_, executor_config);
   timer_ = make_op_timer(device_);
 
-  hardware_.gpu_budget = config_.gpu_budget;
+  hardware_.gpu_budget = tracked_budget;
+  if (config_.hole_bytes > 0) hole_ = std::make_unique<LargeRequestHole>(device_, config_.hole_bytes);
   hardware_.host_capacity = config_.host_budget;
   hardware_.ssd_capacity = config_.ssd_capacity * config_.ssd_paths.size();
   probe_bandwidths();
@@ -174,6 +183,8 @@ void Session::begin_step() {
   births_previous_ = std::move(births_);
   births_ = Births{};
   diverged_ = false;
+  // Only planned steps hold the hole: the others leave the allocator all of the budget.
+  if (hole_ && phase_ != SessionPhase::kPlanned) hole_->release();
   if (phase_ == SessionPhase::kProfile) {
     recorder_.begin(config_.keep_copies);
     releases_.clear();
@@ -220,6 +231,12 @@ StepRecord Session::end_step() {
     const StorageMemory::FetchFlushes flushes = memory_->collect_fetch_flushes();
     record.fetch_flushes = flushes.count;
     record.fetch_flush_s = static_cast<double>(flushes.ns) * 1e-9;
+    if (hole_) {
+      const LargeRequestHole::Counts hole = hole_->take_counts();
+      record.hole_opened = hole.opened;
+      record.hole_taken = hole.taken;
+      record.hole_take_flushes = hole.take_flushes;
+    }
     record.diverged = diverged_;
     if (timeline_steps_.size() < 16) timeline_steps_.push_back(record.stats);
   }
@@ -357,21 +374,21 @@ void Session::make_plan() {
   plan_ = plan::make_plan(*trace_, hardware_);
   const std::vector<std::uint64_t> active = trace::active_bytes(*trace_);
   const auto worst = std::max_element(active.begin(), active.end());
-  if (worst != active.end() && *worst > config_.gpu_budget) {
+  if (worst != active.end() && *worst > hardware_.gpu_budget) {
     const auto k = static_cast<std::size_t>(worst - active.begin());
     throw Error(ErrorKind::kInfeasible,
-                cat("gpu_budget ", format_bytes(config_.gpu_budget), " is below what operator ", k, " (",
-                    trace_->ops[k].name, ") needs at once: ", format_bytes(*worst),
-                    "; no plan can reach it. Planner: ", plan_->diagnosis.message));
+                cat("gpu_budget ", format_bytes(hardware_.gpu_budget), hole_ ? " (after the hole)" : "",
+                    " is below what operator ", k, " (", trace_->ops[k].name, ") needs at once: ",
+                    format_bytes(*worst), "; no plan can reach it. Planner: ", plan_->diagnosis.message));
   }
-  if (plan_->plan.migrations.empty() && plan_->plan.peak_before <= config_.gpu_budget) {
+  if (plan_->plan.migrations.empty() && plan_->plan.peak_before <= hardware_.gpu_budget) {
     predict();  // the profiled step, reported beside the measured one
     go_passive();
     return;
   }
   if (!plan_->diagnosis.feasible && !retiming_) {
     // Said once, when planning from a profile: every later step runs this plan and its waits.
-    log::warn(cat("TeraIO: no plan fits the budget ", format_bytes(config_.gpu_budget), " without stalls",
+    log::warn(cat("TeraIO: no plan fits the budget ", format_bytes(hardware_.gpu_budget), " without stalls",
                   plan_->plan.feasible ? "; the plan's planned waits keep it within the budget"
                                        : "; reactive eviction covers what the plan leaves over it",
                   " (", plan_->diagnosis.message, ")"));
@@ -456,6 +473,7 @@ void Session::stop_with_everything_back() {
 }
 
 void Session::go_passive() {
+  if (hole_) hole_->release();
   // Nothing to move: the steps of a model that fits cost what they cost without TeraIO. The
   // storages stay in the table (all resident), so that after reprofile() the executor counts
   // the ones a step has not touched yet, such as optimizer state before the optimizer runs;
@@ -539,6 +557,7 @@ void Session::exit_resident() {
 void Session::close() {
   std::lock_guard lock(mutex_);
   if (phase_ == SessionPhase::kClosed) return;
+  if (hole_) hole_->release();
   if (observing_) stop_with_everything_back();
   executor_.reset();
   memory_.reset();

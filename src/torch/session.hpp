@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "callback_parts.hpp"
+#include "large_request_hole.hpp"
 #include "op_timer.hpp"
 #include "profile_recorder.hpp"
 #include "storage_memory.hpp"
@@ -83,6 +84,12 @@ struct SessionConfig {
   // to operators' temporaries, and their flushes more than doubled. The step record counts
   // the fetches served (blocks_reused).
   bool reuse_blocks = false;
+  // A device block of this many bytes that planned steps hold for the operators' largest
+  // requests (LargeRequestHole): handed to the caching allocator just before an operator that
+  // created a storage of more than half its size in the previous step, taken again once those
+  // storages are freed or moved out. It counts in gpu_budget: tracked tensors get gpu_budget -
+  // hole_bytes. 0: none (the default).
+  std::uint64_t hole_bytes = 0;
   // The order the CUDA copier runs each direction's copies in: by the plan's deadlines (as the
   // simulator assumes; the default) or as issued. What ran is in the backends report.
   io::CopyOrder copy_order = io::CopyOrder::kDeadline;
@@ -127,6 +134,11 @@ struct StepRecord {
   // The caching allocator's flushes inside TeraIO's fetch allocations, and their time (CUDA).
   std::uint64_t fetch_flushes = 0;
   double fetch_flush_s = 0;
+  // The large-request hole (hole_bytes): blocks handed to operators, blocks taken, and the
+  // allocator's flushes while taking them (CUDA).
+  std::uint64_t hole_opened = 0;
+  std::uint64_t hole_taken = 0;
+  std::uint64_t hole_take_flushes = 0;
   // Host time the training threads spent in TeraIO's operator callbacks, nested operators'
   // included: the runtime's own overhead plus the operator thread's waits (stats.stall_s),
   // which delay kernel launches wherever the host is not far ahead of the GPU.
@@ -287,11 +299,19 @@ class Session {
   // optimizer creates its state), the largest birth seen so far is reserved instead.
   struct Births {
     std::vector<std::uint64_t> bytes;
+    std::vector<std::uint64_t> largest;  // the largest single storage
     std::vector<std::string> names;
   };
   Births births_previous_;
   Births births_;
   std::uint64_t largest_birth_ = 0;
+  // The largest storage operator k created in the previous step, 0 where that step's operator
+  // at k was another one.
+  std::uint64_t previous_largest_birth(OpIndex k) const;
+  std::unique_ptr<LargeRequestHole> hole_;  // hole_bytes > 0
+  bool hole_take_failed_ = false;           // said once
+  void take_hole();
+  void open_hole(OpIndex k);
 
   mutable std::recursive_mutex mutex_;
   SessionPhase phase_ = SessionPhase::kWarmup;

@@ -133,6 +133,9 @@ TensorId Session::identify(const c10::Storage& storage, const FirstSight& sight,
     if (births_.bytes.size() <= sight.op) births_.bytes.resize(sight.op + 1, 0);
     births_.bytes[sight.op] += storage.nbytes();
     largest_birth_ = std::max(largest_birth_, births_.bytes[sight.op]);
+    if (births_.largest.size() <= sight.op) births_.largest.resize(sight.op + 1, 0);
+    births_.largest[sight.op] = std::max(births_.largest[sight.op], storage.nbytes());
+    if (hole_) hole_->note_birth(sight.op, id, storage.nbytes());
   }
   return id;
 }
@@ -221,6 +224,35 @@ void Session::count_op(const at::RecordFunction& fn, OpState& op, trace::Phase p
   }
 }
 
+std::uint64_t Session::previous_largest_birth(OpIndex k) const {
+  if (k < births_previous_.largest.size() && k < births_previous_.names.size() && k < births_.names.size() &&
+      births_previous_.names[k] == births_.names[k]) {
+    return births_previous_.largest[k];
+  }
+  return 0;
+}
+
+void Session::take_hole() {
+  try {
+    hole_->take_if_free([this](TensorId id) {
+      c10::StorageImpl* impl = table_.find_id(id);
+      return impl == nullptr || !table_.alive(id) || impl->data_ptr().get() == nullptr;
+    });
+  } catch (const std::exception& e) {
+    // Without the block the step runs as it would without a hole (its bytes stay unused
+    // budget); a failed take is no reason to stop training.
+    if (!hole_take_failed_) {
+      log::warn(
+          cat("TeraIO: cannot take the large-request hole (", format_bytes(hole_->bytes()), "): ", e.what()));
+      hole_take_failed_ = true;
+    }
+  }
+}
+
+void Session::open_hole(OpIndex k) {
+  if (hole_->serves(previous_largest_birth(k))) hole_->open_for(k);
+}
+
 std::uint64_t Session::expected_births(OpIndex k) const {
   if (k < births_previous_.bytes.size() && k < births_previous_.names.size() && k < births_.names.size() &&
       births_previous_.names[k] == births_.names[k]) {
@@ -237,7 +269,7 @@ std::exception_ptr Session::explain_failure(const Error& error, const OpState& o
   for (const TensorId id : op.used) {
     if (c10::StorageImpl* impl = table_.find_id(id)) working_set += impl->nbytes();
   }
-  if (config_.gpu_budget == 0 || working_set <= config_.gpu_budget) return std::make_exception_ptr(error);
+  if (config_.gpu_budget == 0 || working_set <= hardware_.gpu_budget) return std::make_exception_ptr(error);
   const std::string name = op.name != nullptr ? op.name : "?";
   std::string hint;
   if (name.rfind("aten::_foreach", 0) == 0 || name.rfind("aten::_fused", 0) == 0) {
@@ -245,13 +277,17 @@ std::exception_ptr Session::explain_failure(const Error& error, const OpState& o
         " A foreach or fused optimizer updates every parameter in one operator: create it with foreach=False "
         "(and fused=False) so that its step streams parameter by parameter.";
   }
-  return std::make_exception_ptr(Error(
-      ErrorKind::kInfeasible, cat("gpu_budget ", format_bytes(config_.gpu_budget), " is below what operator ",
-                                  op.k, " (", name, ") uses at once: ", format_bytes(working_set),
-                                  "; no plan can run it.", hint, " (", error.what(), ")")));
+  return std::make_exception_ptr(
+      Error(ErrorKind::kInfeasible,
+            cat("gpu_budget ", format_bytes(hardware_.gpu_budget), hole_ ? " (after the hole)" : "",
+                " is below what operator ", op.k, " (", name, ") uses at once: ", format_bytes(working_set),
+                "; no plan can run it.", hint, " (", error.what(), ")")));
 }
 
 void Session::run_before_op(OpState& op) {
+  const bool holing = hole_ && phase_ == SessionPhase::kPlanned && !diverged_;
+  // Taken before the executor's fetches, which would otherwise split the block freed last.
+  if (holing) take_hole();
   try {
     // Freed storages are swept at the step's end; the executor asks for liveness itself when
     // memory is short. Only the memory of settled transfers goes back per operator, after the
@@ -275,6 +311,8 @@ void Session::run_before_op(OpState& op) {
   } catch (...) {
     record_failure(std::current_exception(), op.used);
   }
+  // Handed over after the executor's own allocations, so that the operator's request finds it.
+  if (holing) open_hole(op.k);
   // Also after a failure above: RecordFunction runs the operator anyway, so its writes happen.
   forget_kept_copies(op.written);
   if (timing_ops()) timer_->start(op.k);

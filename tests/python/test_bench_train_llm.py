@@ -109,6 +109,18 @@ def test_reuse_blocks_reaches_the_session_and_its_counts_the_table(tmp_path, swa
     assert "blocks reused" in done.stdout
 
 
+def test_hole_reaches_the_session_and_its_counts_the_table(tmp_path, swap_dir):
+    out = tmp_path / "out"
+    done = run_bench("--workload", "tiny", "--modes", "ideal,teraio-ssd", "--steps", "2", "--teraio-budget", "1MiB",
+                     "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--out", str(out), "--hole", "64KiB")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    entry = json.loads((out / "tiny-nocap.json").read_text())["modes"]["teraio-ssd"]
+    assert entry["summary"]["exact"] is True
+    planned = [s for s in entry["steps"] if s["phase"] == "planned"]
+    assert planned and all(s["hole_opened"] > 0 and s["hole_taken"] > 0 for s in planned), planned
+    assert "hole handed over" in done.stdout
+
+
 def test_unknown_mode_is_refused(tmp_path):
     done = run_bench("--workload", "tiny", "--modes", "ideal,zero3", "--out", str(tmp_path))
     assert done.returncode == 2

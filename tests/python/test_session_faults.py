@@ -137,6 +137,13 @@ def test_bad_arguments_are_refused(tmp_path):
         teraio.Session(device="cpu", profile_steps=0)
     with pytest.raises(teraio.Error, match="retime_steps must be >= 0"):
         teraio.Session(device="cpu", retime_steps=-1)
+    # The hole counts in the budget: it must leave some to the tracked tensors.
+    with pytest.raises(teraio.Error, match=r"hole_bytes \(1\.0 MiB\) must be below gpu_budget \(1\.0 MiB\)"):
+        teraio.Session(device="cpu", gpu_budget="1MiB", hole_bytes="1MiB")
+    with pytest.raises(teraio.Error, match=r"must be below gpu_budget \(none\)"):
+        teraio.Session(device="cpu", hole_bytes="1MiB")
+    with pytest.raises(ValueError, match="hole_bytes"):
+        teraio.Session(device="cpu", gpu_budget="2MiB", hole_bytes="big")
     with pytest.raises(teraio.Error):
         teraio.Session(device="cpu", ssd=[tmp_path / "does-not-exist"], ssd_capacity="1MiB")
     session = teraio.Session(device="cpu")

@@ -238,6 +238,22 @@ def test_blocks_kept_for_later_fetches_stay_exact(device, swap_dir):
     assert sum(s["blocks_reused"] for s in planned) > 0, [s["blocks_reused"] for s in planned]
 
 
+def test_a_hole_for_large_requests_stays_exact(device, swap_dir):
+    # hole_bytes: the session holds a block for the operators' largest requests and hands it
+    # over before each operator whose largest output was more than half its size last step.
+    # Small here, so that many operators get it and it is taken back many times per step.
+    run = check_case(gpt, adamw, device, swap_dir, hole_bytes="64KiB")
+    planned = planned_steps(run)
+    opened = [s["hole_opened"] for s in planned]
+    taken = [s["hole_taken"] for s in planned]
+    assert all(n > 0 for n in opened) and all(n > 0 for n in taken), (opened, taken)
+    # It is taken again only once what it served is gone, so never more often than handed over
+    # (plus the first take of the step).
+    assert all(t <= o + 1 for o, t in zip(opened, taken)), (opened, taken)
+    others = [s for s in run.report["steps"] if s["phase"] != "planned"]
+    assert all(s["hole_opened"] == 0 and s["hole_taken"] == 0 for s in others)
+
+
 def test_gradient_accumulation_exact(device, swap_dir):
     check_case(gpt, adamw, device, swap_dir, accumulate=3)
 
