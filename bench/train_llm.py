@@ -185,8 +185,8 @@ def parse_args(argv):
     p.add_argument("--hole", default="0", metavar="SIZE",
                    help="TeraIO modes: Session(hole_bytes=SIZE): planned steps hold a device block of SIZE, inside "
                         "the budget, and hand it to the allocator just before an operator whose largest output "
-                        "was over half that size last step (W3: 2004MiB, a vocabulary-sized fp32 weight); "
-                        "default 0, none")
+                        "was over half that size last step (default 0, none: with 2004MiB, a vocabulary-sized fp32 "
+                        "weight, W3 ran 3%% slower than with the same budget as reserve, bench/RESULTS.md session 24)")
     p.add_argument("--keep-copies", choices=("on", "off"), default="off",
                    help="TeraIO modes: Session(keep_copies=...): a tensor only read since it came back (a weight "
                         "between micro-batches) keeps its tier copy, and moving it out again drops its device memory "

@@ -88,7 +88,8 @@ struct SessionConfig {
   // requests (LargeRequestHole): handed to the caching allocator just before an operator that
   // created a storage of more than half its size in the previous step, taken again once those
   // storages are freed or moved out. It counts in gpu_budget: tracked tensors get gpu_budget -
-  // hole_bytes. 0: none (the default).
+  // hole_bytes. 0: none, the default, because it made W3 slower (bench/RESULTS.md, session 24):
+  // taking the block back takes the free run TeraIO's own large fetches then miss.
   std::uint64_t hole_bytes = 0;
   // The order the CUDA copier runs each direction's copies in: by the plan's deadlines (as the
   // simulator assumes; the default) or as issued. What ran is in the backends report.
