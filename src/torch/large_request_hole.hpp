@@ -6,6 +6,7 @@
 // holds one block of the configured size, counted in the budget, gives it back to the allocator
 // just before an operator that created a storage of more than half that size in the previous
 // step, and takes it again once the storages that operator created are freed or moved out.
+// Between steps it is given back: the budget's bytes are then the program's.
 #pragma once
 
 #include <c10/core/Allocator.h>
@@ -31,7 +32,10 @@ class LargeRequestHole {
   std::uint64_t bytes() const { return bytes_; }
   bool held() const { return static_cast<bool>(block_); }
   // Whether an operator that created `largest_birth` bytes in one storage last step gets it.
-  bool serves(std::uint64_t largest_birth) const { return largest_birth * 2 > bytes_; }
+  // One that would not fit in it could not use it, and its output would keep it from being taken.
+  bool serves(std::uint64_t largest_birth) const {
+    return largest_birth * 2 > bytes_ && largest_birth <= bytes_;
+  }
   // Takes the block when it is not held and every storage the last opening served is gone
   // (`gone(id)`); allocator errors propagate.
   void take_if_free(const std::function<bool(trace::TensorId)>& gone);

@@ -183,8 +183,12 @@ void Session::begin_step() {
   births_previous_ = std::move(births_);
   births_ = Births{};
   diverged_ = false;
-  // Only planned steps hold the hole: the others leave the allocator all of the budget.
-  if (hole_ && phase_ != SessionPhase::kPlanned) hole_->release();
+  // Only planned steps hold the hole (their first operator takes it); counts are per step.
+  if (hole_) {
+    hole_->release();
+    static_cast<void>(hole_->take_counts());
+    hole_take_failed_ = false;
+  }
   if (phase_ == SessionPhase::kProfile) {
     recorder_.begin(config_.keep_copies);
     releases_.clear();
@@ -232,6 +236,8 @@ StepRecord Session::end_step() {
     record.fetch_flushes = flushes.count;
     record.fetch_flush_s = static_cast<double>(flushes.ns) * 1e-9;
     if (hole_) {
+      // Between steps the budget's bytes are the program's (evaluation, checkpoints, resident()).
+      hole_->release();
       const LargeRequestHole::Counts hole = hole_->take_counts();
       record.hole_opened = hole.opened;
       record.hole_taken = hole.taken;
@@ -309,6 +315,7 @@ void Session::abort_step() {
   std::lock_guard lock(mutex_);
   if (!in_step_) return;
   in_step_ = false;
+  if (hole_) hole_->release();
   if (observing_) {
     remove_dead();
     static_cast<void>(executor_->end_step());

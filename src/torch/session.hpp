@@ -84,7 +84,7 @@ struct SessionConfig {
   // to operators' temporaries, and their flushes more than doubled. The step record counts
   // the fetches served (blocks_reused).
   bool reuse_blocks = false;
-  // A device block of this many bytes that planned steps hold for the operators' largest
+  // A device block of this many bytes that planned steps hold (not between steps) for the operators' largest
   // requests (LargeRequestHole): handed to the caching allocator just before an operator that
   // created a storage of more than half its size in the previous step, taken again once those
   // storages are freed or moved out. It counts in gpu_budget: tracked tensors get gpu_budget -
@@ -240,7 +240,8 @@ class Session {
   void refresh_size(const c10::Storage& storage, TrackedStorage& entry);
   void untrack(c10::StorageImpl* impl, TensorId id, const std::vector<TensorId>& in_use);
   void count_op(const at::RecordFunction& fn, OpState& op, trace::Phase phase);
-  void run_before_op(OpState& op);
+  // `after_the_fact`: the operator was first seen at its end (no device inputs).
+  void run_before_op(OpState& op, bool after_the_fact = false);
   void record_failure(std::exception_ptr error, const std::vector<TensorId>& used);
   // Copies kept of these tensors are stale (they are written); never throws (callbacks).
   void forget_kept_copies(std::span<const TensorId> ids);
@@ -310,7 +311,8 @@ class Session {
   // at k was another one.
   std::uint64_t previous_largest_birth(OpIndex k) const;
   std::unique_ptr<LargeRequestHole> hole_;  // hole_bytes > 0
-  bool hole_take_failed_ = false;           // said once
+  bool hole_take_failed_ = false;           // this step: not tried again until the next
+  bool hole_take_warned_ = false;           // said once
   void take_hole();
   void open_hole(OpIndex k);
 

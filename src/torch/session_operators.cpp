@@ -240,12 +240,14 @@ void Session::take_hole() {
     });
   } catch (const std::exception& e) {
     // Without the block the step runs as it would without a hole (its bytes stay unused
-    // budget); a failed take is no reason to stop training.
-    if (!hole_take_failed_) {
-      log::warn(
-          cat("TeraIO: cannot take the large-request hole (", format_bytes(hole_->bytes()), "): ", e.what()));
-      hole_take_failed_ = true;
+    // budget); a failed take is no reason to stop training. Not tried again this step: each
+    // try at the device's limit would flush the allocator's cache.
+    if (!hole_take_warned_) {
+      log::warn(cat("TeraIO: cannot take the large-request hole (", format_bytes(hole_->bytes()),
+                    "): ", e.what(), "; the step goes on without it"));
+      hole_take_warned_ = true;
     }
+    hole_take_failed_ = true;
   }
 }
 
@@ -284,8 +286,8 @@ std::exception_ptr Session::explain_failure(const Error& error, const OpState& o
                 "; no plan can run it.", hint, " (", error.what(), ")")));
 }
 
-void Session::run_before_op(OpState& op) {
-  const bool holing = hole_ && phase_ == SessionPhase::kPlanned && !diverged_;
+void Session::run_before_op(OpState& op, bool after_the_fact) {
+  const bool holing = hole_ && phase_ == SessionPhase::kPlanned && !diverged_ && !hole_take_failed_;
   // Taken before the executor's fetches, which would otherwise split the block freed last.
   if (holing) take_hole();
   try {
@@ -311,8 +313,9 @@ void Session::run_before_op(OpState& op) {
   } catch (...) {
     record_failure(std::current_exception(), op.used);
   }
-  // Handed over after the executor's own allocations, so that the operator's request finds it.
-  if (holing) open_hole(op.k);
+  // Handed over after the executor's own allocations, so that the operator's request finds it;
+  // not to an operator seen only at its end (no device inputs), which has allocated already.
+  if (holing && !after_the_fact) open_hole(op.k);
   // Also after a failure above: RecordFunction runs the operator anyway, so its writes happen.
   forget_kept_copies(op.written);
   if (timing_ops()) timer_->start(op.k);
@@ -411,7 +414,7 @@ void Session::finish_op(const at::RecordFunction& fn, OpState& op, int depth,
   if (!op.counted) {
     if (outputs.empty()) return;
     count_op(fn, op, trace::Phase::kForward);
-    run_before_op(op);
+    run_before_op(op, /*after_the_fact=*/true);
   }
   std::uint32_t slot = 0;
   for (const auto& s : outputs) {

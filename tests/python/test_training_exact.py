@@ -247,9 +247,6 @@ def test_a_hole_for_large_requests_stays_exact(device, swap_dir):
     opened = [s["hole_opened"] for s in planned]
     taken = [s["hole_taken"] for s in planned]
     assert all(n > 0 for n in opened) and all(n > 0 for n in taken), (opened, taken)
-    # It is taken again only once what it served is gone, so never more often than handed over
-    # (plus the first take of the step).
-    assert all(t <= o + 1 for o, t in zip(opened, taken)), (opened, taken)
     others = [s for s in run.report["steps"] if s["phase"] != "planned"]
     assert all(s["hole_opened"] == 0 and s["hole_taken"] == 0 for s in others)
 
