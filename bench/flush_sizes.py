@@ -99,7 +99,7 @@ def describe(summary):
     lines = [f"{s['flushes']} flushes in the recorded step ({s['unmaps']} unmaps, "
              f"{s['unmapped_bytes'] / (1 << 30):.1f} GiB unmapped); {s['flushes_for_256mib_or_more']} of them "
              f"for requests of 256 MiB or more ({s['allocs_256mib_or_more']} such of {s['allocs']} allocations); "
-             f"the cache emptied {s.get('emptied', 0)} times outside an allocation"]
+             f"caches emptied outside an allocation: {s.get('emptied', 0)}"]
     if "alloc_retries" in s:
         lines.append(f"  the allocator counted {s['alloc_retries']} retries in the step"
                      + ("; the history is full: the step's first events are lost" if s.get("history_full") else ""))

@@ -259,7 +259,7 @@ def test_flush_sizes_names_the_request_after_each_run_of_unmaps():
     assert s["by_request"][1]["site"].startswith("(no Python frame")
     lines = flush_sizes.describe(s)
     assert lines[0].startswith("4 flushes in the recorded step (5 unmaps, 0.1 GiB unmapped); 3 of them")
-    assert lines[0].endswith("the cache emptied 1 times outside an allocation")
+    assert lines[0].endswith("; caches emptied outside an allocation: 1")
     assert lines[1] == "  the step ended inside a run of unmaps (not counted)"
     assert "1024.0 MiB" in lines[2]
 
