@@ -20,7 +20,6 @@ alloc_retries, the allocator's own count over the step, is there to check the hi
 from __future__ import annotations
 
 import collections
-import contextlib
 
 import torch
 
@@ -117,8 +116,9 @@ def _retries(device):
     return torch.cuda.memory_stats(device).get("num_alloc_retries", 0)
 
 
-def record_one_step(session, one_step, note_loss, fields, device):
+def record_one_step(run_step, device):
     """One more (unmeasured) step with the allocator's history on; its flushes summarized.
+    run_step() runs the step and returns what notes its record, called once recording is over.
 
     The history is recorded for every device (PyTorch ignores the device here); this device's
     trace is read. The step counts in the session's totals (the recast notes) like any other.
@@ -127,16 +127,12 @@ def record_one_step(session, one_step, note_loss, fields, device):
     retries_before = _retries(device)
     record_history(enabled="all", context="alloc", stacks="python", max_entries=MAX_ENTRIES)
     try:
-        with session.step() if session is not None else contextlib.nullcontext():
-            record, loss = one_step(False)
+        finish = run_step()
         torch.cuda.synchronize(device)
         snapshot = torch.cuda.memory._snapshot()
     finally:
         record_history(enabled=None)
-    note_loss(record, loss)
-    if session is not None:
-        record.update(fields(session.last_step))
-    record["phase"] = "flush-sizes"
+    finish()
     traces = snapshot.get("device_traces", [])
     index = device.index if device.index is not None else torch.cuda.current_device()
     trace = traces[index] if index < len(traces) else []

@@ -657,15 +657,28 @@ def train(args, workload, mode, device, result, stem):
                 # Saved whenever a plan is made, so that a failing planned step still leaves them.
                 save_trace_and_plan(session, f"{stem}-{mode}")
                 saved = True
+        def extra_step(phase):
+            """One more, unmeasured step for a profiler or recorder around it; returns what notes
+            its record (as `phase`), to be called once the recording is over."""
+            with session.step() if session is not None else contextlib.nullcontext():
+                record, loss = one_step(False)
+            _sync(device)
+
+            def finish():
+                note_loss(record, loss)
+                if session is not None:
+                    record.update(session_fields(session.last_step))
+                record["phase"] = phase
+            return finish
+
         if args.gpu_profile and device.type == "cuda":
-            result["gpu_profile"] = profile_one_step(session, one_step, note_loss, f"{stem}-{mode}")
+            result["gpu_profile"] = profile_one_step(lambda: extra_step("gpu-profile"), f"{stem}-{mode}")
             print(f"[{mode}] gpu profile: {gpu_profile.describe(result['gpu_profile'])}", flush=True)
             for line in gpu_profile.late_scopes(result["gpu_profile"]):
                 print(f"[{mode}] {line}", flush=True)
         if args.flush_sizes:
             if device.type == "cuda":
-                result["flush_sizes"] = flush_sizes.record_one_step(session, one_step, note_loss, session_fields,
-                                                                    device)
+                result["flush_sizes"] = flush_sizes.record_one_step(lambda: extra_step("flush-sizes"), device)
                 for line in flush_sizes.describe(result["flush_sizes"]):
                     print(f"[{mode}] flush sizes: {line}", flush=True)
             else:
@@ -690,18 +703,14 @@ def train(args, workload, mode, device, result, stem):
                       flush=True)
 
 
-def profile_one_step(session, one_step, note_loss, prefix):
-    """One more (unmeasured) step under torch.profiler; the summary of its GPU timeline."""
+def profile_one_step(run_step, prefix):
+    """One more (unmeasured) step under torch.profiler; the summary of its GPU timeline. run_step()
+    runs the step and returns what notes its record."""
     from torch.profiler import ProfilerActivity, profile
     trace = f"{prefix}-gpu-trace.json"
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        with session.step() if session is not None else contextlib.nullcontext():
-            record, loss = one_step(False)
-        torch.cuda.synchronize()
-    note_loss(record, loss)
-    if session is not None:
-        record.update(session_fields(session.last_step))
-    record["phase"] = "gpu-profile"
+        finish = run_step()
+    finish()
     prof.export_chrome_trace(trace)
     try:
         return gpu_profile.summarize_trace(trace)

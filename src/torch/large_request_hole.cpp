@@ -1,7 +1,10 @@
 #include "large_request_hole.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
+
+#include "allocator_flushes.hpp"
 
 #ifdef TERAIO_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -11,13 +14,12 @@
 namespace teraio::torch_binding {
 namespace {
 
-std::int64_t flushes_so_far(c10::Device device) {
+// The allocator operators on `device` allocate from: CUDA's caching allocator on the device.
+c10::Allocator* allocator_of(c10::Device device) {
 #ifdef TERAIO_TORCH_CUDA
-  if (device.is_cuda())
-    return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).num_alloc_retries;
+  if (device.is_cuda()) return c10::cuda::CUDACachingAllocator::get();
 #endif
-  static_cast<void>(device);
-  return 0;
+  return c10::GetAllocator(device.type());
 }
 
 }  // namespace
@@ -28,20 +30,18 @@ LargeRequestHole::LargeRequestHole(c10::Device device, std::uint64_t bytes)
 void LargeRequestHole::take_if_free(const std::function<bool(trace::TensorId)>& gone) {
   if (held()) return;
   if (!std::all_of(tenants_.begin(), tenants_.end(), gone)) return;
-  const std::int64_t before = flushes_so_far(device_);
+  const std::int64_t before = allocator_flushes_so_far(device_);
+  {
 #ifdef TERAIO_TORCH_CUDA
-  if (device_.is_cuda()) {
-    // On the current stream, the one the operators allocate on: the block serves their requests.
-    const c10::cuda::CUDAGuard guard(device_);
-    block_ = c10::cuda::CUDACachingAllocator::get()->allocate(bytes_);
-  } else {
-    block_ = c10::GetAllocator(device_.type())->allocate(bytes_);
-  }
-#else
-  block_ = c10::GetAllocator(device_.type())->allocate(bytes_);
+    // On the device's current stream, the one the operators allocate on: the block serves
+    // their requests.
+    std::optional<c10::cuda::CUDAGuard> guard;
+    if (device_.is_cuda()) guard.emplace(device_);
 #endif
+    block_ = allocator_of(device_)->allocate(bytes_);
+  }
   counts_.take_flushes +=
-      static_cast<std::uint64_t>(std::max<std::int64_t>(0, flushes_so_far(device_) - before));
+      static_cast<std::uint64_t>(std::max<std::int64_t>(0, allocator_flushes_so_far(device_) - before));
   ++counts_.taken;
   opened_ = false;
   tenants_.clear();

@@ -301,7 +301,7 @@ class Session {
   // optimizer creates its state), the largest birth seen so far is reserved instead.
   struct Births {
     std::vector<std::uint64_t> bytes;
-    std::vector<std::uint64_t> largest;  // the largest single storage
+    std::vector<std::uint64_t> largest;  // the largest single storage (kept with a hole only)
     std::vector<std::string> names;
   };
   Births births_previous_;
@@ -310,6 +310,8 @@ class Session {
   // The largest storage operator k created in the previous step, 0 where that step's operator
   // at k was another one.
   std::uint64_t previous_largest_birth(OpIndex k) const;
+  // Whether the previous step's operator at position k was the one running there now.
+  bool same_operator_last_step(OpIndex k) const;
   std::unique_ptr<LargeRequestHole> hole_;  // hole_bytes > 0
   bool hole_take_failed_ = false;           // this step: not tried again until the next
   bool hole_take_warned_ = false;           // said once

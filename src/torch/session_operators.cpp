@@ -133,9 +133,11 @@ TensorId Session::identify(const c10::Storage& storage, const FirstSight& sight,
     if (births_.bytes.size() <= sight.op) births_.bytes.resize(sight.op + 1, 0);
     births_.bytes[sight.op] += storage.nbytes();
     largest_birth_ = std::max(largest_birth_, births_.bytes[sight.op]);
-    if (births_.largest.size() <= sight.op) births_.largest.resize(sight.op + 1, 0);
-    births_.largest[sight.op] = std::max(births_.largest[sight.op], storage.nbytes());
-    if (hole_) hole_->note_birth(sight.op, id, storage.nbytes());
+    if (hole_) {  // only the hole asks for an operator's largest birth
+      if (births_.largest.size() <= sight.op) births_.largest.resize(sight.op + 1, 0);
+      births_.largest[sight.op] = std::max(births_.largest[sight.op], storage.nbytes());
+      hole_->note_birth(sight.op, id, storage.nbytes());
+    }
   }
   return id;
 }
@@ -224,11 +226,13 @@ void Session::count_op(const at::RecordFunction& fn, OpState& op, trace::Phase p
   }
 }
 
+bool Session::same_operator_last_step(OpIndex k) const {
+  return k < births_previous_.names.size() && k < births_.names.size() &&
+         births_previous_.names[k] == births_.names[k];
+}
+
 std::uint64_t Session::previous_largest_birth(OpIndex k) const {
-  if (k < births_previous_.largest.size() && k < births_previous_.names.size() && k < births_.names.size() &&
-      births_previous_.names[k] == births_.names[k]) {
-    return births_previous_.largest[k];
-  }
+  if (k < births_previous_.largest.size() && same_operator_last_step(k)) return births_previous_.largest[k];
   return 0;
 }
 
@@ -256,10 +260,7 @@ void Session::open_hole(OpIndex k) {
 }
 
 std::uint64_t Session::expected_births(OpIndex k) const {
-  if (k < births_previous_.bytes.size() && k < births_previous_.names.size() && k < births_.names.size() &&
-      births_previous_.names[k] == births_.names[k]) {
-    return births_previous_.bytes[k];
-  }
+  if (k < births_previous_.bytes.size() && same_operator_last_step(k)) return births_previous_.bytes[k];
   return largest_birth_;
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "allocator_flushes.hpp"
 #include "teraio/core/error.hpp"
 #include "teraio/core/strings.hpp"
 
@@ -31,16 +32,6 @@ c10::DataPtr allocate_on(c10::StorageImpl* impl, c10::Device device) {
   return impl->allocator()->allocate(impl->nbytes());
 }
 
-// How often the caching allocator has retried an allocation after freeing its cache.
-std::int64_t flushes_so_far(c10::Device device) {
-#ifdef TERAIO_TORCH_CUDA
-  return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).num_alloc_retries;
-#else
-  static_cast<void>(device);
-  return 0;
-#endif
-}
-
 // Adds the allocator's flushes during its life, and that life's nanoseconds where there were
 // any, to `into`; also when the allocation throws, since a refused allocation flushed first.
 class FlushWatch {
@@ -49,12 +40,12 @@ class FlushWatch {
       : device_(device),
         into_(into),
         watching_(device.is_cuda()),
-        before_(watching_ ? flushes_so_far(device) : 0),
+        before_(watching_ ? allocator_flushes_so_far(device) : 0),
         start_(std::chrono::steady_clock::now()) {}
   ~FlushWatch() {
     if (!watching_) return;
     try {
-      const std::int64_t flushed = flushes_so_far(device_) - before_;
+      const std::int64_t flushed = allocator_flushes_so_far(device_) - before_;
       if (flushed <= 0) return;
       into_.count += static_cast<std::uint64_t>(flushed);
       into_.ns += static_cast<std::uint64_t>(

@@ -273,14 +273,14 @@ def test_on_cuda_flush_sizes_reads_the_allocators_history():
 
     device = torch.device("cuda", torch.cuda.current_device())
 
-    def one_step(measured):
+    def one_step():
         dropped = torch.empty(96 << 20, dtype=torch.uint8, device=device)
         del dropped
         torch.cuda.empty_cache()  # the same events as a flush at the limit
         kept = torch.empty(96 << 20, dtype=torch.uint8, device=device)  # the request after it
-        return {"step": 0}, kept
+        return lambda: None  # nothing to note
 
-    s = flush_sizes.record_one_step(None, one_step, lambda record, loss: None, dict, device)
+    s = flush_sizes.record_one_step(one_step, device)
     assert s["flushes"] >= 1 and s["unmapped_bytes"] >= 96 << 20, s
     assert s["alloc_retries"] == 0 and s["history_full"] is False  # emptied by hand, no retry
     assert any(row["size"] == 96 << 20 and "test_bench_train_llm.py" in row["site"] for row in s["by_request"]), s
