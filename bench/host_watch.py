@@ -18,6 +18,9 @@ import torch
 # torch.cuda.memory_stats counters of the allocator's slow paths (absent ones read as 0).
 ALLOCATOR_COUNTERS = {"num_alloc_retries": "alloc_retries", "num_device_alloc": "device_allocs",
                       "num_device_free": "device_frees", "num_sync_all_streams": "allocator_syncs"}
+# teraio.paged's counters, where the paged allocator replaces the caching one (prefixed "paged_").
+PAGED_COUNTERS = ("allocations", "reused", "mapped_blocks", "pages_mapped", "pages_unmapped", "taken_blocks",
+                  "device_waits", "map_s", "unmap_s")
 
 
 class HostWatch:
@@ -43,6 +46,9 @@ class HostWatch:
     def _allocator(self):
         if self.device.type != "cuda":
             return {}
+        import teraio.paged
+        if (paged := teraio.paged.stats()) is not None:
+            return {f"paged_{name}": paged[name] for name in PAGED_COUNTERS}
         stats = torch.cuda.memory_stats(self.device)
         return {name: stats.get(key, 0) for key, name in ALLOCATOR_COUNTERS.items()}
 
@@ -69,4 +75,10 @@ def describe(summary):
         if summary.get("fetch_flushes") is not None:
             line += (f" ({summary['fetch_flushes']:g} of the retries inside TeraIO's fetch allocations, "
                      f"{summary['fetch_flush_s']:.3f} s)")
+    if summary.get("paged_allocations") is not None:
+        line += (f"; paged allocator {summary['paged_reused']:g} blocks reused, {summary['paged_mapped_blocks']:g} "
+                 f"mapped ({summary['paged_pages_mapped']:g} pages, {summary['paged_pages_unmapped']:g} unmapped), "
+                 f"{summary['paged_taken_blocks']:g} freed blocks' pages taken, {summary['paged_device_waits']:g} "
+                 f"device-side waits, {summary['paged_map_s']:.3f} s mapping and {summary['paged_unmap_s']:.3f} s "
+                 "unmapping")
     return line + " per measured step (median)"

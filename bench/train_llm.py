@@ -214,6 +214,10 @@ def parse_args(argv):
                         "none and compares the predicted steps (with --save-trace: each count's trace, cheaply)")
     p.add_argument("--child-timeout", type=float, default=900, help="seconds before a mode is killed (default 900)")
     p.add_argument("--alloc-conf", help="PYTORCH_CUDA_ALLOC_CONF for every mode, e.g. expandable_segments:True")
+    p.add_argument("--allocator", choices=("caching", "paged"), default="caching",
+                   help="every mode's CUDA allocator: PyTorch's caching allocator (default; --alloc-conf tunes it) or "
+                        "TeraIO's paged device memory (teraio.paged: blocks mapped from pages at their own addresses, "
+                        "no flush of the cache at the cap)")
     p.add_argument("--plot", action="store_true", help="after the run, plot every table in --out (matplotlib)")
     p.add_argument("--plot-from", metavar="DIR", help="only plot the tables already in DIR")
     p.add_argument("--list-modes", action="store_true", help="list the modes and exit")
@@ -243,6 +247,8 @@ def parse_args(argv):
         p.error(str(error))
     if any(m.startswith("teraio") for m in args.mode_list) and args.budget is None and args.teraio_budget is None:
         p.error("TeraIO modes need --budget (gpu_budget = budget - reserve) or --teraio-budget")
+    if args.allocator == "paged" and (args.flush_sizes or args.alloc_conf):
+        p.error("--flush-sizes and --alloc-conf are about PyTorch's caching allocator; --allocator paged replaces it")
     return args
 
 
@@ -776,6 +782,11 @@ def print_step(args, mode, record, total):
         if record.get("fetch_flushes") is not None:
             line += f" ({record['fetch_flushes']} in TeraIO's fetches, {record['fetch_flush_s']:.3f} s)"
         line += f" allocs {record['device_allocs']} frees {record['device_frees']}"
+    if record.get("paged_allocations"):
+        line += (f" paged: {record['paged_reused']} reused, {record['paged_mapped_blocks']} mapped"
+                 f" ({record['paged_pages_mapped']} pages), {record['paged_taken_blocks']} freed blocks' pages taken,"
+                 f" {record['paged_device_waits']} device waits, map {record['paged_map_s']:.3f} s"
+                 f" unmap {record['paged_unmap_s']:.3f} s")
     print(line, flush=True)
 
 
@@ -807,8 +818,14 @@ def memory_peaks(device, result):
     pinned_budget = (result.get("teraio") or {}).get("host_budget")
     if pinned_budget:
         peaks.update(pinned_host_peak=pinned_budget, pinned_host_source="TeraIO host tier (host_budget)")
-    peaks["peak_allocated"] = torch.cuda.max_memory_allocated(device)
-    peaks["peak_reserved"] = torch.cuda.max_memory_reserved(device)
+    import teraio.paged
+    if (paged := teraio.paged.stats()) is not None:
+        # PyTorch keeps no statistics under a pluggable allocator: the paged allocator's own.
+        peaks.update(peak_allocated=paged["peak_in_use_bytes"], peak_reserved=paged["peak_held_bytes"],
+                     paged_allocator=paged)
+    else:
+        peaks["peak_allocated"] = torch.cuda.max_memory_allocated(device)
+        peaks["peak_reserved"] = torch.cuda.max_memory_reserved(device)
     stats_of = getattr(torch.cuda, "host_memory_stats", None)
     if stats_of is None:
         return peaks
@@ -835,9 +852,14 @@ def failure_status(error):
 def run_mode(args, mode):
     workload = workload_of(args)
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    result = {"mode": mode, "layers": workload.layers, "status": "ok", "steps": [], "allocator": "none (CPU)"}
     if device.type == "cuda":
+        if args.allocator == "paged":
+            import teraio.paged
+            teraio.paged.install(device.index)  # before CUDA starts: PyTorch swaps allocators only then
+        result["allocator"] = ("teraio.paged" if args.allocator == "paged" else
+                               f"caching ({os.environ.get('PYTORCH_CUDA_ALLOC_CONF') or 'default settings'})")
         torch.cuda.set_device(device)
-    result = {"mode": mode, "layers": workload.layers, "status": "ok", "steps": []}
     started = time.perf_counter()
     try:
         train(args, workload, mode, device, result, out_stem(args))
@@ -996,7 +1018,8 @@ def summarize(result, ideal_s, ideal_losses):
         **{key: median_of(steps, key) for key in ("bytes_to_host", "bytes_from_host", "bytes_to_ssd",
                                                    "bytes_from_ssd", "stall_s", "device_stall_s", "demand_fetches",
                                                    "callback_s", "bytes_dropped", "gc_s", "gc_collections", "alloc_retries",
-                                                   "device_allocs", "device_frees", "fetch_flushes", "fetch_flush_s")},
+                                                   "device_allocs", "device_frees", "fetch_flushes", "fetch_flush_s",
+                                                   *(f"paged_{name}" for name in host_watch.PAGED_COUNTERS))},
         "predicted_step_s": predicted,
         "model_error": predicted / median - 1 if predicted and median else None,
         "exact": same_losses(result, ideal_losses),
@@ -1086,6 +1109,8 @@ def table_notes(table):
                          f"{plan['predicted_step_s']:.3f} s")
     workspaces = {entry["cublas_workspace"] for entry in table["modes"].values() if entry.get("cublas_workspace")}
     notes += [f"- cuBLAS workspace (every mode): {workspace}" for workspace in sorted(workspaces)]
+    allocators = {entry["allocator"] for entry in table["modes"].values() if entry.get("allocator")}
+    notes += [f"- CUDA allocator: {allocator}" for allocator in sorted(allocators)]
     for name, entry in table["modes"].items():
         if (callbacks := entry.get("summary", {}).get("callback_s")) is not None:
             notes.append(f"- {name}: TeraIO's operator callbacks took {callbacks:.3f} s of host time per measured "

@@ -11,10 +11,10 @@ import torch  # noqa: F401  (loads libtorch before the native module that links 
 
 from . import _native
 from ._native import Error, format_bytes, parse_bytes
-from . import recast, recompute
+from . import paged, recast, recompute
 from .session import Report, Session
 
 __version__ = "0.1.0"
 build = _native.build
 
-__all__ = ["Error", "Report", "Session", "build", "format_bytes", "parse_bytes", "recast", "recompute"]
+__all__ = ["Error", "Report", "Session", "build", "format_bytes", "paged", "parse_bytes", "recast", "recompute"]

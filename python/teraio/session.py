@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-from . import _native, recast
+from . import _native, paged, recast
 
 _PHASES_THAT_PLAN = ("warmup", "profile")
 
@@ -93,7 +93,7 @@ def _free_device_memory(device):
     if device.startswith("cuda"):
         index = torch.device(device).index or 0
         free, _ = torch.cuda.mem_get_info(index)
-        cached = torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
+        cached = paged.memory_held(index) - paged.memory_in_use(index)
         return free + cached
     try:
         with open("/proc/meminfo") as meminfo:

@@ -6,16 +6,18 @@
 
 #include <cstdint>
 
+#include "paged_allocator.hpp"
+
 #ifdef TERAIO_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
 namespace teraio::torch_binding {
 
-// 0 off CUDA, where no allocator flushes.
+// 0 off CUDA, where no allocator flushes, and under the paged allocator, which never does.
 inline std::int64_t allocator_flushes_so_far(c10::Device device) {
 #ifdef TERAIO_TORCH_CUDA
-  if (device.is_cuda()) {
+  if (device.is_cuda() && !paged_allocator_installed()) {
     return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).num_alloc_retries;
   }
 #endif

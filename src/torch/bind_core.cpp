@@ -5,6 +5,7 @@
 #include <torch/version.h>
 
 #include "bindings.hpp"
+#include "paged_allocator.hpp"
 #include "teraio/core/error.hpp"
 #include "teraio/core/strings.hpp"
 #include "teraio/core/units.hpp"
@@ -60,6 +61,33 @@ void bind_core(py::module_& m) {
       "_storage_owns_memory",
       [](const at::Tensor& tensor) { return tensor.storage().data_ptr().get_deleter() != nullptr; },
       py::arg("tensor"));
+
+  m.def("use_paged_allocator", &install_paged_allocator, py::arg("device"),
+        "Installs TeraIO's paged device memory as PyTorch's CUDA allocator (before any CUDA work).");
+  m.def("paged_allocator_stats", []() -> py::object {
+    const std::optional<io::PagedMemoryStats> stats = paged_allocator_stats();
+    if (!stats) return py::none();
+    py::dict out;
+    out["page_bytes"] = stats->page_bytes;
+    out["cap_bytes"] = stats->cap_bytes;
+    out["in_use_bytes"] = stats->in_use_bytes;
+    out["peak_in_use_bytes"] = stats->peak_in_use_bytes;
+    out["held_bytes"] = stats->held_bytes;
+    out["peak_held_bytes"] = stats->peak_held_bytes;
+    out["allocations"] = stats->allocations;
+    out["small_allocations"] = stats->small_allocations;
+    out["reused"] = stats->reused;
+    out["mapped_blocks"] = stats->mapped_blocks;
+    out["taken_blocks"] = stats->taken_blocks;
+    out["pages_mapped"] = stats->pages_mapped;
+    out["pages_unmapped"] = stats->pages_unmapped;
+    out["device_waits"] = stats->device_waits;
+    out["map_s"] = stats->map_s;
+    out["unmap_s"] = stats->unmap_s;
+    out["out_of_memory"] = stats->out_of_memory;
+    out["emptied"] = stats->emptied;
+    return out;
+  });
 
   py::dict build;
   build["torch"] = TORCH_VERSION;

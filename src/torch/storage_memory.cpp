@@ -1,5 +1,7 @@
 #include "storage_memory.hpp"
 
+#include "paged_allocator.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -235,7 +237,9 @@ void StorageMemory::trim() {
 #ifdef TERAIO_TORCH_CUDA
   // Blocks freed behind device-side waits are only reused in stream order; returning the
   // cached ones lets the allocator map one large block again (expandable segments or not).
-  if (device_.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+  // The paged allocator already serves a request from any freed block's pages: emptying it
+  // would only wait for the device.
+  if (device_.is_cuda() && !paged_allocator_installed()) c10::cuda::CUDACachingAllocator::emptyCache();
 #endif
 }
 

@@ -1,0 +1,162 @@
+// io/paged_device_memory: device memory made of fixed-size physical pages, each block mapped at
+// an address range of its own (CUDA's virtual memory management), to stand in PyTorch's
+// allocator slot. Why: the caching allocator serves a request from one free run of addresses
+// as long as the request. At the device's limit a 0.5–2 GiB request seldom finds one, and the
+// allocator then unmaps its whole cache, waiting for the device (W3: 70–100 times a step). Here
+// any free pages serve any request. A request that finds no free pages takes the pages of blocks
+// freed earlier and maps them at a new address: stream order makes that safe without a wait on
+// the block's own stream, a device-side wait on an event covers other streams. Nothing waits on
+// the host, and no other block is unmapped.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace teraio::io {
+
+using DeviceAddress = std::uintptr_t;
+using PageHandle = std::uint64_t;
+using StreamHandle = void*;  // a cudaStream_t on the device
+using StreamMark = void*;    // a cudaEvent_t on the device
+
+// The calls the paged memory makes: CUDA's driver on the device, a fake in tests.
+class PageDriver {
+ public:
+  virtual ~PageDriver() = default;
+  virtual std::uint64_t page_bytes() const = 0;
+  virtual std::uint64_t device_bytes() const = 0;
+  // nullopt when the device has no memory left for another page.
+  virtual std::optional<PageHandle> create_page() = 0;
+  virtual void release_page(PageHandle page) = 0;
+  virtual DeviceAddress reserve(std::uint64_t bytes) = 0;
+  virtual void unreserve(DeviceAddress address, std::uint64_t bytes) = 0;
+  virtual void map(DeviceAddress address, PageHandle page) = 0;
+  virtual void unmap(DeviceAddress address) = 0;  // the one page mapped there
+  virtual void allow_access(DeviceAddress address, std::uint64_t bytes) = 0;
+  // An event recorded on the stream now; passed() once the device has run past it.
+  virtual StreamMark mark(StreamHandle stream) = 0;
+  virtual bool passed(StreamMark mark) = 0;
+  // The stream's later work waits for the mark, on the device.
+  virtual void wait(StreamHandle stream, StreamMark mark) = 0;
+  virtual void drop(StreamMark mark) noexcept = 0;
+  virtual void synchronize() = 0;  // the whole device
+};
+
+struct PagedMemoryStats {
+  std::uint64_t page_bytes = 0;
+  std::uint64_t cap_bytes = 0;
+  std::uint64_t in_use_bytes = 0;  // blocks handed out, rounded to pages or small classes
+  std::uint64_t peak_in_use_bytes = 0;
+  std::uint64_t held_bytes = 0;  // pages created and not released: the "reserved" memory
+  std::uint64_t peak_held_bytes = 0;
+  std::uint64_t allocations = 0;
+  std::uint64_t small_allocations = 0;  // served from small-class slabs
+  std::uint64_t reused = 0;             // a freed block of the same size on the same stream
+  std::uint64_t mapped_blocks = 0;      // blocks mapped at a new address
+  std::uint64_t taken_blocks = 0;       // freed blocks whose pages a new block took
+  std::uint64_t pages_mapped = 0;
+  std::uint64_t pages_unmapped = 0;
+  std::uint64_t device_waits = 0;  // a stream made to wait for another stream's event
+  double map_s = 0;                // host time in the driver's reserve, map and access calls
+  double unmap_s = 0;              // host time in its unmap and unreserve calls
+  std::uint64_t out_of_memory = 0;
+  std::uint64_t emptied = 0;  // empty_cache() calls
+};
+
+// Thread-safe. Blocks up to kSmallLimit come from slabs of one page cut into equal chunks of a
+// power-of-two class; slabs are kept for good, as the caching allocator keeps its small pool.
+class PagedDeviceMemory {
+ public:
+  static constexpr std::uint64_t kSmallLimit = std::uint64_t{1} << 20;
+  static constexpr std::uint64_t kSmallestClass = 512;
+
+  explicit PagedDeviceMemory(PageDriver& driver);
+  ~PagedDeviceMemory();
+  PagedDeviceMemory(const PagedDeviceMemory&) = delete;
+  PagedDeviceMemory& operator=(const PagedDeviceMemory&) = delete;
+
+  // Memory usable by work queued on `stream` after this call. nullptr for 0 bytes. Throws
+  // Error(kOutOfMemory) when the pages in use leave too few under the cap.
+  void* allocate(std::uint64_t bytes, StreamHandle stream);
+  // The block goes back; work already queued may still use it. Throws on a foreign pointer.
+  void free(void* address);
+  // Work on `stream` uses the block too: it is not handed out again before that work is done.
+  void record_use(void* address, StreamHandle stream);
+  // The most bytes of pages held at once, rounded down to pages; 0 = the whole device.
+  void set_cap(std::uint64_t bytes);
+  std::uint64_t cap() const;
+  // Waits for the device, unmaps every freed block and gives its pages back to the driver.
+  void empty_cache();
+  PagedMemoryStats stats() const;
+
+ private:
+  struct Marks;
+  using SharedMarks = std::shared_ptr<Marks>;
+  struct Block {
+    DeviceAddress address = 0;
+    std::vector<PageHandle> pages;
+    StreamHandle stream = nullptr;
+    std::vector<StreamHandle> used_on;  // other streams (record_use)
+    SharedMarks marks;                  // set while freed
+  };
+  struct FreePage {
+    PageHandle page = 0;
+    SharedMarks marks;  // work of its last block, when it came from a freed block
+  };
+  struct Retired {
+    DeviceAddress address = 0;
+    std::uint64_t pages = 0;
+    SharedMarks marks;
+  };
+  struct SmallChunk {
+    DeviceAddress address = 0;
+    SharedMarks marks;
+  };
+  struct SmallLive {
+    std::size_t size_class = 0;
+    StreamHandle stream = nullptr;
+    std::vector<StreamHandle> used_on;
+  };
+
+  void* allocate_small(std::uint64_t bytes, StreamHandle stream);
+  void* allocate_pages(std::uint64_t pages, StreamHandle stream);
+  std::unique_ptr<Block> take_cached(std::uint64_t pages, StreamHandle stream);
+  std::vector<PageHandle> gather(std::uint64_t pages, StreamHandle stream);
+  void take_pages_of(std::unique_ptr<Block> victim, std::uint64_t wanted, StreamHandle stream,
+                     std::vector<PageHandle>& got);
+  void wait_for(const SharedMarks& marks, StreamHandle stream);
+  SharedMarks mark_streams(const std::vector<StreamHandle>& streams);
+  bool all_passed(const SharedMarks& marks);
+  void unmap_retired(bool everything);
+  void unmap_block(const Block& block);
+  void note_in_use(std::int64_t delta);
+
+  PageDriver& driver_;
+  const std::uint64_t page_;
+  mutable std::mutex mutex_;
+  std::uint64_t cap_pages_;
+  std::uint64_t pages_held_ = 0;
+  std::vector<FreePage> free_pages_;
+  std::unordered_map<DeviceAddress, std::unique_ptr<Block>> live_;
+  std::map<StreamHandle, std::multimap<std::uint64_t, std::unique_ptr<Block>>> cached_;
+  std::vector<Retired> retired_;
+  std::unordered_map<DeviceAddress, SmallLive> small_live_;
+  std::map<std::pair<StreamHandle, std::size_t>, std::vector<SmallChunk>> small_free_;
+  std::vector<std::unique_ptr<Block>> slabs_;
+  PagedMemoryStats stats_;
+  bool device_full_ = false;  // the driver refused a page: no more tries until the cap changes
+};
+
+// CUDA's virtual memory management on `device` (driver entry points found through the runtime,
+// so nothing links libcuda). Throws Error(kUnsupported) where the build has no CUDA or the
+// driver lacks the calls.
+std::unique_ptr<PageDriver> make_cuda_page_driver(int device);
+
+}  // namespace teraio::io

@@ -1,0 +1,59 @@
+"""TeraIO's paged device memory as PyTorch's CUDA allocator.
+
+PyTorch's caching allocator serves a request from one free run of addresses as long as the
+request. Near the device's limit a request of a gigabyte or two seldom finds one, and the
+allocator then unmaps its whole cache, waiting for the device (W3 in bench/RESULTS.md: 70-100
+times a step). The paged allocator maps every block from fixed-size physical pages at an
+address range of its own (CUDA's virtual memory management), so any free pages serve any
+request. A request that finds no free pages takes the pages of blocks freed earlier, without a
+host wait. It goes in through `torch.cuda.memory` 's pluggable-allocator slot, on stock PyTorch.
+
+    import teraio.paged
+    teraio.paged.install()           # before any CUDA tensor exists in the process
+    ...
+    teraio.paged.stats()             # dict, or None when not installed
+
+`torch.cuda.set_per_process_memory_fraction` caps the pages it holds; `torch.cuda.empty_cache`
+gives every page not in use back. PyTorch's own memory statistics (`torch.cuda.memory_stats`,
+`max_memory_allocated`, the memory history) are not available under a pluggable allocator: read
+`stats()` instead (`peak_in_use_bytes` for allocated, `peak_held_bytes` for reserved).
+"""
+import torch
+
+from . import _native
+
+
+def install(device=0):
+    """Makes the paged allocator PyTorch's CUDA allocator for `device` (one device per process).
+
+    Raises teraio.Error once PyTorch's CUDA allocator has served a tensor, and where TeraIO's
+    binding or PyTorch has no CUDA."""
+    index = torch.device("cuda", device).index if isinstance(device, int) else torch.device(device).index
+    _native.use_paged_allocator(0 if index is None else index)
+
+
+def installed():
+    return _native.paged_allocator_stats() is not None
+
+
+def stats():
+    """The allocator's counters (bytes in use and held, with peaks; blocks reused, mapped and
+    taken; pages mapped and unmapped; device-side waits; out-of-memory refusals), or None."""
+    return _native.paged_allocator_stats()
+
+
+def memory_in_use(device=0):
+    """Bytes of device memory allocated to tensors now: from the paged allocator when it is
+    installed, else from PyTorch's caching allocator."""
+    current = stats()
+    if current is not None:
+        return current["in_use_bytes"]
+    return torch.cuda.memory_allocated(device)
+
+
+def memory_held(device=0):
+    """Bytes of device memory the allocator holds (PyTorch's "reserved")."""
+    current = stats()
+    if current is not None:
+        return current["held_bytes"]
+    return torch.cuda.memory_reserved(device)

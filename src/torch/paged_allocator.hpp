@@ -1,0 +1,17 @@
+// torch/paged_allocator: TeraIO's paged device memory (io::PagedDeviceMemory) installed as
+// PyTorch's CUDA allocator through CUDAPluggableAllocator, a stock PyTorch API. It must be
+// installed before PyTorch's own allocator serves its first request in the process.
+#pragma once
+
+#include <optional>
+
+#include "teraio/io/paged_device_memory.hpp"
+
+namespace teraio::torch_binding {
+
+// Throws Error(kUnsupported) off CUDA, kInvalidArgument once PyTorch's allocator has started.
+void install_paged_allocator(int device);
+bool paged_allocator_installed();
+std::optional<io::PagedMemoryStats> paged_allocator_stats();
+
+}  // namespace teraio::torch_binding

@@ -1,0 +1,346 @@
+// PagedDeviceMemory against a fake driver that checks every mapping and records every wait.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "teraio/core/error.hpp"
+#include "teraio/io/paged_device_memory.hpp"
+
+namespace teraio::io {
+namespace {
+
+constexpr std::uint64_t kPage = std::uint64_t{2} << 20;
+
+class FakePageDriver final : public PageDriver {
+ public:
+  explicit FakePageDriver(std::uint64_t device_pages) : device_pages_(device_pages) {}
+  ~FakePageDriver() override { EXPECT_EQ(live_marks_, 0) << "events not given back"; }
+
+  std::uint64_t page_bytes() const override { return kPage; }
+  std::uint64_t device_bytes() const override { return device_pages_ * kPage; }
+  std::optional<PageHandle> create_page() override {
+    if (pages_.size() >= device_pages_) return std::nullopt;
+    pages_.insert(++last_page_);
+    return last_page_;
+  }
+  void release_page(PageHandle page) override {
+    EXPECT_EQ(pages_.erase(page), 1U) << "released a page twice";
+  }
+  DeviceAddress reserve(std::uint64_t bytes) override {
+    const DeviceAddress address = next_address_;
+    next_address_ += bytes + kPage;  // a gap, so that neighbours never look contiguous
+    reserved_[address] = bytes;
+    return address;
+  }
+  void unreserve(DeviceAddress address, std::uint64_t bytes) override {
+    EXPECT_EQ(reserved_[address], bytes);
+    for (DeviceAddress at = address; at < address + bytes; at += kPage)
+      EXPECT_FALSE(mapped_.contains(at)) << "address range freed while mapped";
+    reserved_.erase(address);
+  }
+  void map(DeviceAddress address, PageHandle page) override {
+    EXPECT_TRUE(pages_.contains(page)) << "mapped a page that does not exist";
+    EXPECT_FALSE(mapped_.contains(address)) << "mapped twice at one address";
+    mapped_[address] = page;
+  }
+  void unmap(DeviceAddress address) override { EXPECT_EQ(mapped_.erase(address), 1U) << "unmapped twice"; }
+  void allow_access(DeviceAddress address, std::uint64_t bytes) override {
+    for (DeviceAddress at = address; at < address + bytes; at += kPage)
+      EXPECT_TRUE(mapped_.contains(at)) << "access set on an unmapped page";
+  }
+  StreamMark mark(StreamHandle stream) override {
+    ++live_marks_;
+    const auto id = ++last_mark_;
+    stream_of_[id] = stream;
+    if (held_.contains(stream)) pending_.insert(id);
+    return reinterpret_cast<StreamMark>(id);
+  }
+  bool passed(StreamMark mark) override { return !pending_.contains(reinterpret_cast<std::uintptr_t>(mark)); }
+  void wait(StreamHandle stream, StreamMark mark) override {
+    waits.emplace_back(stream, stream_of_.at(reinterpret_cast<std::uintptr_t>(mark)));
+  }
+  void drop(StreamMark /*mark*/) noexcept override { --live_marks_; }
+  void synchronize() override {
+    pending_.clear();
+    ++synchronized;
+  }
+
+  // Marks recorded on the stream from now on stay unpassed until finish(stream).
+  void hold(StreamHandle stream) { held_.insert(stream); }
+  void finish(StreamHandle stream) {
+    held_.erase(stream);
+    std::erase_if(pending_, [&](std::uintptr_t id) { return stream_of_.at(id) == stream; });
+  }
+  PageHandle page_at(void* address) const { return mapped_.at(reinterpret_cast<DeviceAddress>(address)); }
+  bool mapped_at(DeviceAddress address) const { return mapped_.contains(address); }
+  std::size_t pages_alive() const { return pages_.size(); }
+  std::size_t mappings() const { return mapped_.size(); }
+
+  std::vector<std::pair<StreamHandle, StreamHandle>> waits;  // (waiting stream, mark's stream)
+  int synchronized = 0;
+
+ private:
+  std::uint64_t device_pages_;
+  PageHandle last_page_ = 0;
+  std::set<PageHandle> pages_;
+  DeviceAddress next_address_ = DeviceAddress{1} << 40;
+  std::map<DeviceAddress, std::uint64_t> reserved_;
+  std::map<DeviceAddress, PageHandle> mapped_;
+  std::uintptr_t last_mark_ = 0;
+  std::map<std::uintptr_t, StreamHandle> stream_of_;
+  std::set<std::uintptr_t> pending_;
+  std::set<StreamHandle> held_;
+  int live_marks_ = 0;
+};
+
+StreamHandle stream(std::uintptr_t n) {
+  return reinterpret_cast<StreamHandle>(n);
+}
+const StreamHandle kCompute = nullptr;  // PyTorch's default stream is the null stream
+const StreamHandle kCopy = stream(7);
+
+TEST(PagedDeviceMemory, AFreedBlockIsHandedAgainToTheSameSizeOnItsStreamWithoutMapping) {
+  FakePageDriver driver(16);
+  PagedDeviceMemory memory(driver);
+  driver.hold(kCompute);  // the device is behind: stream order alone makes the reuse safe
+  void* first = memory.allocate(3 * kPage - 100, kCompute);
+  memory.free(first);
+  void* again = memory.allocate(3 * kPage, kCompute);
+  EXPECT_EQ(again, first);
+  const PagedMemoryStats stats = memory.stats();
+  EXPECT_EQ(stats.reused, 1U);
+  EXPECT_EQ(stats.pages_mapped, 3U);
+  EXPECT_EQ(stats.in_use_bytes, 3 * kPage);
+  EXPECT_TRUE(driver.waits.empty());
+  memory.free(again);
+  driver.finish(kCompute);
+}
+
+TEST(PagedDeviceMemory, ARequestLongerThanAnyFreedBlockTakesThePagesOfSeveral) {
+  FakePageDriver driver(10);
+  PagedDeviceMemory memory(driver);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 5; ++i) blocks.push_back(memory.allocate(2 * kPage, kCompute));
+  std::set<PageHandle> first_pages;
+  for (void* block : blocks)
+    for (std::uint64_t i = 0; i < 2; ++i)
+      first_pages.insert(driver.page_at(static_cast<char*>(block) + i * kPage));
+  driver.hold(kCompute);
+  for (void* block : blocks) memory.free(block);
+  // The caching allocator would need 8 contiguous free pages here; every page is in a freed block.
+  void* big = memory.allocate(8 * kPage, kCompute);
+  PagedMemoryStats stats = memory.stats();
+  EXPECT_EQ(stats.held_bytes, 10 * kPage) << "no page beyond the device's";
+  EXPECT_EQ(stats.taken_blocks, 4U);
+  EXPECT_TRUE(driver.waits.empty()) << "blocks of the same stream need no wait";
+  for (std::uint64_t i = 0; i < 8; ++i)
+    EXPECT_TRUE(first_pages.contains(driver.page_at(static_cast<char*>(big) + i * kPage)));
+  auto still_mapped = [&] {
+    return std::count_if(blocks.begin(), blocks.end(), [&](void* block) {
+      return driver.mapped_at(reinterpret_cast<DeviceAddress>(block));
+    });
+  };
+  // The old addresses stay mapped until the device has run past the frees.
+  EXPECT_EQ(still_mapped(), 5);
+  driver.finish(kCompute);
+  void* small = memory.allocate(100, kCompute);  // any call unmaps what has passed
+  EXPECT_EQ(still_mapped(), 1) << "the last freed block, taken for the small slab just now";
+  stats = memory.stats();
+  EXPECT_EQ(stats.out_of_memory, 0U);
+  memory.free(big);
+  memory.free(small);
+}
+
+TEST(PagedDeviceMemory, PagesOfAnotherStreamsBlockWaitOnTheDeviceForItsWork) {
+  FakePageDriver driver(4);
+  PagedDeviceMemory memory(driver);
+  void* on_copy = memory.allocate(4 * kPage, kCopy);
+  driver.hold(kCopy);
+  memory.free(on_copy);
+  void* on_compute = memory.allocate(4 * kPage, kCompute);
+  ASSERT_EQ(driver.waits.size(), 1U);
+  EXPECT_EQ(driver.waits[0], std::make_pair(kCompute, kCopy));
+  EXPECT_EQ(memory.stats().device_waits, 1U);
+  driver.finish(kCopy);
+  memory.free(on_compute);
+  // Once the other stream's work is done, taking its pages needs no wait.
+  void* back_on_copy = memory.allocate(4 * kPage, kCopy);
+  EXPECT_EQ(driver.waits.size(), 1U);
+  memory.free(back_on_copy);
+}
+
+TEST(PagedDeviceMemory, PagesLeftOverFromALargerBlockKeepItsStreamsWait) {
+  FakePageDriver driver(6);
+  PagedDeviceMemory memory(driver);
+  void* on_copy = memory.allocate(6 * kPage, kCopy);
+  driver.hold(kCopy);
+  memory.free(on_copy);
+  void* first = memory.allocate(2 * kPage, kCopy);  // same stream: no wait, 4 pages left over
+  EXPECT_TRUE(driver.waits.empty());
+  void* second = memory.allocate(4 * kPage, kCompute);  // the left-over pages are still the copy's
+  ASSERT_EQ(driver.waits.size(), 1U);
+  EXPECT_EQ(driver.waits[0], std::make_pair(kCompute, kCopy));
+  driver.finish(kCopy);
+  memory.free(first);
+  memory.free(second);
+}
+
+TEST(PagedDeviceMemory, ABlockRecordedOnAnotherStreamIsNotHandedOutBeforeThatStreamIsDone) {
+  FakePageDriver driver(8);
+  PagedDeviceMemory memory(driver);
+  void* block = memory.allocate(2 * kPage, kCompute);
+  memory.record_use(block, kCopy);
+  driver.hold(kCopy);
+  memory.free(block);
+  void* other = memory.allocate(2 * kPage, kCompute);
+  EXPECT_NE(other, block) << "the copy stream may still read it";
+  driver.finish(kCopy);
+  void* again = memory.allocate(2 * kPage, kCompute);
+  EXPECT_EQ(again, block);
+  memory.free(other);
+  memory.free(again);
+}
+
+TEST(PagedDeviceMemory, TakingTheRecordedBlocksPagesWaitsForTheStreamThatUsedIt) {
+  FakePageDriver driver(2);
+  PagedDeviceMemory memory(driver);
+  void* block = memory.allocate(2 * kPage, kCompute);
+  memory.record_use(block, kCopy);
+  driver.hold(kCopy);
+  memory.free(block);
+  void* next = memory.allocate(2 * kPage, kCompute);  // no free pages: its pages, after a wait
+  EXPECT_NE(next, block);
+  ASSERT_EQ(driver.waits.size(), 1U);
+  EXPECT_EQ(driver.waits[0], std::make_pair(kCompute, kCopy));
+  driver.finish(kCopy);
+  memory.free(next);
+}
+
+TEST(PagedDeviceMemory, BlocksInUseUpToTheCapMakeTheNextRequestOutOfMemory) {
+  FakePageDriver driver(16);
+  PagedDeviceMemory memory(driver);
+  memory.set_cap(5 * kPage + 1000);
+  EXPECT_EQ(memory.cap(), 5 * kPage);
+  void* a = memory.allocate(3 * kPage, kCompute);
+  void* b = memory.allocate(2 * kPage, kCompute);
+  try {
+    memory.allocate(kPage, kCompute);
+    FAIL() << "allocated beyond the cap";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kOutOfMemory);
+    EXPECT_NE(std::string(e.what()).find("cap 10.0 MiB"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(memory.stats().out_of_memory, 1U);
+  EXPECT_EQ(memory.stats().held_bytes, 5 * kPage);
+  memory.free(a);
+  void* c = memory.allocate(3 * kPage, kCompute);
+  EXPECT_EQ(memory.stats().peak_held_bytes, 5 * kPage);
+  memory.free(b);
+  memory.free(c);
+}
+
+TEST(PagedDeviceMemory, ADeviceThatRefusesPagesBelowTheCapLeavesTheFreedBlocksToServe) {
+  FakePageDriver driver(4);
+  PagedDeviceMemory memory(driver);
+  memory.set_cap(100 * kPage);
+  void* a = memory.allocate(4 * kPage, kCompute);
+  memory.free(a);
+  void* b = memory.allocate(3 * kPage, kCompute);
+  EXPECT_EQ(memory.stats().taken_blocks, 1U);
+  try {
+    memory.allocate(2 * kPage, kCompute);
+    FAIL() << "allocated more pages than the device has";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the device refused more pages"), std::string::npos) << e.what();
+  }
+  memory.free(b);
+}
+
+TEST(PagedDeviceMemory, SmallRequestsShareASlabAndAFreedChunkServesItsClassAgain) {
+  FakePageDriver driver(8);
+  PagedDeviceMemory memory(driver);
+  void* a = memory.allocate(100, kCompute);
+  void* b = memory.allocate(512, kCompute);
+  void* c = memory.allocate(513, kCompute);  // the next class, another slab
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) / kPage, reinterpret_cast<std::uintptr_t>(b) / kPage);
+  EXPECT_NE(reinterpret_cast<std::uintptr_t>(a) / kPage, reinterpret_cast<std::uintptr_t>(c) / kPage);
+  EXPECT_EQ(memory.stats().in_use_bytes, 512U + 512U + 1024U);
+  memory.free(a);
+  EXPECT_EQ(memory.allocate(300, kCompute), a);
+  EXPECT_NE(memory.allocate(300, kCopy), a) << "a chunk serves only its own stream";
+  EXPECT_EQ(memory.stats().small_allocations, 5U);
+  memory.record_use(b, kCopy);
+  driver.hold(kCopy);
+  memory.free(b);
+  EXPECT_NE(memory.allocate(512, kCompute), b) << "the copy stream may still read it";
+  driver.finish(kCopy);
+  EXPECT_EQ(memory.allocate(512, kCompute), b);
+}
+
+TEST(PagedDeviceMemory, EmptyCacheGivesEveryPageNotInUseBackToTheDevice) {
+  FakePageDriver driver(16);
+  PagedDeviceMemory memory(driver);
+  void* kept = memory.allocate(2 * kPage, kCompute);
+  void* freed = memory.allocate(5 * kPage, kCompute);
+  void* small = memory.allocate(64, kCompute);
+  memory.free(freed);
+  driver.hold(kCompute);
+  memory.empty_cache();
+  EXPECT_EQ(driver.synchronized, 1);
+  EXPECT_EQ(memory.stats().held_bytes, 3 * kPage) << "the block in use and the small slab";
+  EXPECT_EQ(driver.pages_alive(), 3U);
+  EXPECT_EQ(driver.mappings(), 3U);
+  memory.free(kept);
+  memory.free(small);
+  driver.finish(kCompute);
+}
+
+TEST(PagedDeviceMemory, AnAddressItDidNotHandOutIsRefused) {
+  FakePageDriver driver(4);
+  PagedDeviceMemory memory(driver);
+  int local = 0;
+  EXPECT_THROW(memory.free(&local), Error);
+  EXPECT_THROW(memory.record_use(&local, kCopy), Error);
+  EXPECT_EQ(memory.allocate(0, kCompute), nullptr);
+}
+
+TEST(PagedDeviceMemory, ClosingUnmapsAndReleasesEverythingNotInUse) {
+  FakePageDriver driver(6);
+  {
+    PagedDeviceMemory memory(driver);
+    void* a = memory.allocate(3 * kPage, kCompute);
+    void* b = memory.allocate(2 * kPage, kCopy);
+    memory.allocate(10, kCompute);
+    memory.free(a);
+    memory.free(b);
+    memory.allocate(4 * kPage, kCompute);  // takes pages: one retired range pending
+  }
+  EXPECT_EQ(driver.pages_alive(), 4U) << "only the block still in use keeps its pages";
+  EXPECT_EQ(driver.mappings(), 4U);
+}
+
+TEST(PagedDeviceMemory, PagesSmallerThanTheSmallestSlabAreRefused) {
+  class TinyPages final : public PageDriver {
+   public:
+    std::uint64_t page_bytes() const override { return 4096; }
+    std::uint64_t device_bytes() const override { return 1 << 30; }
+    std::optional<PageHandle> create_page() override { return std::nullopt; }
+    void release_page(PageHandle) override {}
+    DeviceAddress reserve(std::uint64_t) override { return 0; }
+    void unreserve(DeviceAddress, std::uint64_t) override {}
+    void map(DeviceAddress, PageHandle) override {}
+    void unmap(DeviceAddress) override {}
+    void allow_access(DeviceAddress, std::uint64_t) override {}
+    StreamMark mark(StreamHandle) override { return nullptr; }
+    bool passed(StreamMark) override { return true; }
+    void wait(StreamHandle, StreamMark) override {}
+    void drop(StreamMark) noexcept override {}
+    void synchronize() override {}
+  } tiny;
+  EXPECT_THROW(PagedDeviceMemory memory(tiny), Error);
+}
+
+}  // namespace
+}  // namespace teraio::io

@@ -1,0 +1,142 @@
+"""teraio.paged: TeraIO's paged device memory as PyTorch's CUDA allocator. On CUDA each case runs
+in a fresh process, since PyTorch swaps its allocator only before CUDA serves a tensor: blocks
+freed in a scattered pattern serve a request longer than any of them without running out,
+a block recorded on a busy stream is not handed out again, the cap gives PyTorch's own
+out-of-memory error, and training under a TeraIO session is bit-identical to training under the
+caching allocator without TeraIO."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import teraio
+from conftest import requires_cuda
+
+HERE = pathlib.Path(__file__).resolve().parent
+MIB = 1 << 20
+
+
+def run_fresh(code: str, *args: str) -> dict:
+    """Runs `code` in a fresh interpreter with the paged allocator installed first; the code
+    sets `result`, returned as JSON."""
+    package_root = str(pathlib.Path(teraio.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, str(HERE),
+                                                                     os.environ.get("PYTHONPATH")]))}
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    script = "import json, sys, torch, teraio\nresult = {}\n" + textwrap.dedent(code) + \
+        "\nprint('RESULT ' + json.dumps(result))\n"
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+@pytest.mark.skipif(teraio.build["torch_cuda"], reason="this binding has CUDA")
+def test_without_cuda_installing_says_why():
+    assert teraio.paged.stats() is None and not teraio.paged.installed()
+    with pytest.raises(teraio.Error) as refused:
+        teraio.paged.install()
+    assert refused.value.kind == "unsupported"
+    assert "needs a CUDA build" in str(refused.value)
+
+
+@requires_cuda
+def test_installing_after_cuda_started_is_refused_with_the_reason():
+    result = run_fresh("""
+        torch.ones(1, device="cuda")
+        try:
+            teraio.paged.install()
+        except teraio.Error as e:
+            result.update(kind=e.kind, message=str(e))
+    """)
+    assert result["kind"] == "invalid argument", result
+    assert "before any CUDA work" in result["message"]
+
+
+@requires_cuda
+def test_scattered_free_blocks_serve_a_longer_request_under_the_cap():
+    result = run_fresh("""
+        teraio.paged.install()
+        torch.cuda.set_per_process_memory_fraction((1 << 30) / torch.cuda.get_device_properties(0).total_memory)
+        MIB = 1 << 20
+        blocks = [torch.empty(100 * MIB, dtype=torch.uint8, device="cuda") for _ in range(9)]
+        del blocks[::2]  # five freed blocks of 100 MiB between four kept ones
+        long = torch.empty(450 * MIB, dtype=torch.uint8, device="cuda")
+        long.fill_(7)
+        result["sum"] = int(long[::MIB].sum())
+        result["stats"] = teraio.paged.stats()
+        try:
+            torch.empty(600 * MIB, dtype=torch.uint8, device="cuda")
+        except torch.OutOfMemoryError as e:
+            result["oom"] = str(e)
+    """)
+    stats = result["stats"]
+    assert result["sum"] == 7 * 450
+    assert stats["taken_blocks"] >= 3 and stats["out_of_memory"] == 0, stats
+    assert stats["held_bytes"] <= 1 << 30 and stats["cap_bytes"] <= 1 << 30, stats
+    assert "TeraIO paged allocator" in result["oom"]
+
+
+@requires_cuda
+def test_a_block_recorded_on_a_busy_stream_is_not_handed_out_again():
+    result = run_fresh("""
+        teraio.paged.install()
+        side = torch.cuda.Stream()
+        x = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+        before = x.data_ptr()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(2_000_000_000)  # about a second of a busy side stream
+            x.add_(1)
+        x.record_stream(side)
+        del x
+        y = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+        result["same_while_busy"] = y.data_ptr() == before
+        side.synchronize()
+        del y
+        z = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+        result["stats"] = teraio.paged.stats()
+    """)
+    assert result["same_while_busy"] is False
+
+
+EXACT = """
+    import test_training_exact as t
+    if sys.argv[1] == "paged":
+        teraio.paged.install()
+    want = t.reference(t.gpt, t.adamw, "cuda")
+    result["losses"] = [w.item().hex() for w in want.losses]
+    if sys.argv[1] == "paged":
+        got = t.train(t.gpt, t.adamw, t.STEPS, "cuda",
+                      session_kwargs=t.budget_kwargs(t.gpt, t.adamw, "cuda", sys.argv[2]))
+        t.assert_exact(want, got)
+        result["moved"] = sum(s["bytes_offloaded"] for s in got.report["steps"])
+        result["stats"] = teraio.paged.stats()
+"""
+
+
+@requires_cuda
+def test_training_under_a_session_is_exact_against_the_caching_allocator_without_teraio(swap_dir):
+    caching = run_fresh(EXACT, "caching", str(swap_dir))
+    paged = run_fresh(EXACT, "paged", str(swap_dir))
+    assert paged["losses"] == caching["losses"]
+    assert paged["moved"] > 0
+    assert paged["stats"]["allocations"] > 0 and paged["stats"]["out_of_memory"] == 0
+
+
+def test_the_bench_refuses_caching_allocator_options_with_the_paged_one(tmp_path):
+    script = HERE.parents[1] / "bench" / "train_llm.py"
+    package_root = str(pathlib.Path(teraio.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(script), "--workload", "tiny", "--modes", "ideal", "--allocator", "paged",
+                           "--flush-sizes", "--out", str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 2
+    assert "--allocator paged replaces it" in done.stderr
