@@ -27,11 +27,13 @@ class Stopwatch {
 
 }  // namespace
 
-// Events recorded when a block was freed, one per stream that used it. Shared by the block's
-// pages and its retired address range; each event goes back to the driver with the last owner.
+// Events recorded when a block was freed, one per stream that used it, and the marks of freed
+// neighbours joined to it. Shared by the parts of a block cut in two and by its pages taken;
+// each event goes back to the driver with the last owner.
 struct PagedDeviceMemory::Marks {
   PageDriver* driver = nullptr;
   std::vector<std::pair<StreamHandle, StreamMark>> marks;
+  std::vector<SharedMarks> joined;
   bool all_passed = false;
   Marks() = default;
   Marks(const Marks&) = delete;
@@ -53,14 +55,12 @@ PagedDeviceMemory::PagedDeviceMemory(PageDriver& driver)
 PagedDeviceMemory::~PagedDeviceMemory() {
   try {
     unmap_retired(true);
-    for (auto& [stream, blocks] : cached_) {
-      for (auto& [pages, block] : blocks) {
-        unmap_block(*block);
-        for (const PageHandle page : block->pages) driver_.release_page(page);
-      }
+    for (auto& [address, block] : freed_) {
+      unmap(block->range, block->address, block->pages.size());
+      for (const PageHandle page : block->pages) driver_.release_page(page);
     }
     for (const auto& slab : slabs_) {
-      unmap_block(*slab);
+      unmap(slab->range, slab->address, slab->pages.size());
       for (const PageHandle page : slab->pages) driver_.release_page(page);
     }
     for (const FreePage& free_page : free_pages_) driver_.release_page(free_page.page);
@@ -89,7 +89,7 @@ void* PagedDeviceMemory::allocate_small(std::uint64_t bytes, StreamHandle stream
   auto& chunks = small_free_[{stream, size_class}];
   // The newest chunk first: its marks are the likeliest to be missing (freed on its own stream).
   for (auto chunk = chunks.rbegin(); chunk != chunks.rend(); ++chunk) {
-    if (chunk->marks && !all_passed(chunk->marks)) continue;
+    if (chunk->marks && !all_passed(*chunk->marks)) continue;
     const DeviceAddress address = chunk->address;
     chunks.erase(std::next(chunk).base());
     small_live_.emplace(address, SmallLive{size_class, stream, {}});
@@ -112,50 +112,95 @@ void* PagedDeviceMemory::allocate_small(std::uint64_t bytes, StreamHandle stream
 }
 
 void* PagedDeviceMemory::allocate_pages(std::uint64_t pages, StreamHandle stream) {
-  if (auto block = take_cached(pages, stream)) {
-    const DeviceAddress address = block->address;
-    live_.emplace(address, std::move(block));
-    note_in_use(static_cast<std::int64_t>(pages * page_));
+  std::unique_ptr<Block> block;
+  if (Block* fits = best_cached(pages, stream)) {
+    block = detach(fits);
+    if (block->pages.size() > pages) {
+      cache(cut_tail(*block, pages));
+      ++stats_.split_blocks;
+    }
+    block->marks.reset();
+    block->used_on.clear();
     ++stats_.reused;
-    return reinterpret_cast<void*>(address);
-  }
-  auto block = std::make_unique<Block>();
-  block->pages = gather(pages, stream);
-  block->stream = stream;
-  {
+  } else {
+    block = std::make_unique<Block>();
+    block->pages = gather(pages, stream);
+    block->stream = stream;
     // A failing driver call here is a broken device, not a full one: it is reported as is.
     const Stopwatch timed(stats_.map_s);
     block->address = driver_.reserve(pages * page_);
+    block->range = std::make_shared<Range>(Range{block->address, pages, 0});
     for (std::uint64_t i = 0; i < pages; ++i) driver_.map(block->address + i * page_, block->pages[i]);
+    block->range->mapped = pages;
     driver_.allow_access(block->address, pages * page_);
+    stats_.pages_mapped += pages;
+    ++stats_.mapped_blocks;
   }
-  stats_.pages_mapped += pages;
-  ++stats_.mapped_blocks;
   const DeviceAddress address = block->address;
   live_.emplace(address, std::move(block));
   note_in_use(static_cast<std::int64_t>(pages * page_));
   return reinterpret_cast<void*>(address);
 }
 
-std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::take_cached(std::uint64_t pages,
-                                                                         StreamHandle stream) {
+PagedDeviceMemory::Block* PagedDeviceMemory::best_cached(std::uint64_t pages, StreamHandle stream) {
   const auto on_stream = cached_.find(stream);
   if (on_stream == cached_.end()) return nullptr;
-  auto [first, last] = on_stream->second.equal_range(pages);
-  for (auto candidate = first; candidate != last; ++candidate) {
-    // Work on the block's own stream is ordered before the new user; other streams must be done.
-    const auto& marks = candidate->second->marks->marks;
-    const bool ready = std::all_of(marks.begin(), marks.end(), [&](const auto& entry) {
-      return entry.first == stream || driver_.passed(entry.second);
-    });
-    if (!ready) continue;
-    std::unique_ptr<Block> block = std::move(candidate->second);
-    on_stream->second.erase(candidate);
-    block->marks.reset();
-    block->used_on.clear();
-    return block;
-  }
+  // Smallest first; a block whose other streams are still busy is passed over, as the caching
+  // allocator passes over a block whose events are pending.
+  for (auto candidate = on_stream->second.lower_bound(pages); candidate != on_stream->second.end();
+       ++candidate)
+    if (ready_for(*candidate->second->marks, stream)) return candidate->second;
   return nullptr;
+}
+
+std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::detach(Block* block) {
+  auto& by_size = cached_.at(block->stream);
+  auto [first, last] = by_size.equal_range(block->pages.size());
+  by_size.erase(std::find_if(first, last, [&](const auto& entry) { return entry.second == block; }));
+  auto owned = freed_.extract(block->address);
+  return std::move(owned.mapped());
+}
+
+void PagedDeviceMemory::cache(std::unique_ptr<Block> block) {
+  // A freed neighbour of the same range and stream joins it, so that a later request as long as
+  // both is served in place.
+  auto join = [&](Block& left, std::unique_ptr<Block> right) {
+    auto marks = std::make_shared<Marks>();
+    marks->driver = &driver_;
+    for (SharedMarks* part : {&left.marks, &right->marks})
+      if (*part && !all_passed(**part)) marks->joined.push_back(std::move(*part));
+    left.marks = std::move(marks);
+    left.pages.insert(left.pages.end(), right->pages.begin(), right->pages.end());
+    ++stats_.joined_blocks;
+  };
+  const auto next = freed_.find(block->end(page_));
+  if (next != freed_.end() && next->second->range == block->range && next->second->stream == block->stream)
+    join(*block, detach(next->second.get()));
+  const auto after = freed_.lower_bound(block->address);
+  if (after != freed_.begin()) {
+    Block* previous = std::prev(after)->second.get();
+    if (previous->end(page_) == block->address && previous->range == block->range &&
+        previous->stream == block->stream) {
+      std::unique_ptr<Block> left = detach(previous);
+      join(*left, std::move(block));
+      block = std::move(left);
+    }
+  }
+  Block* raw = block.get();
+  cached_[raw->stream].emplace(raw->pages.size(), raw);
+  freed_.emplace(raw->address, std::move(block));
+}
+
+std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::cut_tail(Block& block, std::uint64_t keep) {
+  auto tail = std::make_unique<Block>();
+  tail->range = block.range;
+  tail->address = block.address + keep * page_;
+  tail->pages.assign(block.pages.begin() + static_cast<std::ptrdiff_t>(keep), block.pages.end());
+  block.pages.resize(keep);
+  tail->stream = block.stream;
+  tail->used_on = block.used_on;
+  tail->marks = block.marks;
+  return tail;
 }
 
 std::vector<PageHandle> PagedDeviceMemory::gather(std::uint64_t pages, StreamHandle stream) {
@@ -175,8 +220,8 @@ std::vector<PageHandle> PagedDeviceMemory::gather(std::uint64_t pages, StreamHan
     stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, pages_held_ * page_);
     got.push_back(FreePage{*page, nullptr});
   }
-  // Freed blocks give their pages: this stream's first (stream order covers them), then the
-  // others'. Within a stream the smallest block that covers the rest, else the largest.
+  // Freed blocks give pages from their ends: this stream's first (stream order covers them), then
+  // the others'. Within a stream the smallest block that covers the rest, else the largest.
   std::vector<StreamHandle> order{stream};
   for (const auto& [other, blocks] : cached_)
     if (other != stream) order.push_back(other);
@@ -185,13 +230,17 @@ std::vector<PageHandle> PagedDeviceMemory::gather(std::uint64_t pages, StreamHan
     if (on_stream == cached_.end()) continue;
     auto& blocks = on_stream->second;
     while (got.size() < pages && !blocks.empty()) {
-      auto victim = blocks.lower_bound(pages - got.size());
+      const std::uint64_t wanted = pages - got.size();
+      auto victim = blocks.lower_bound(wanted);
       if (victim == blocks.end()) victim = std::prev(blocks.end());
-      std::unique_ptr<Block> block = std::move(victim->second);
-      blocks.erase(victim);
-      for (const PageHandle page : block->pages) got.push_back(FreePage{page, block->marks});
-      retired_.push_back(Retired{block->address, block->pages.size(), block->marks});
-      ++stats_.taken_blocks;
+      std::unique_ptr<Block> block = detach(victim->second);
+      if (block->pages.size() > wanted) {
+        std::unique_ptr<Block> tail = cut_tail(*block, block->pages.size() - wanted);
+        cache(std::move(block));
+        ++stats_.split_blocks;
+        block = std::move(tail);
+      }
+      retire(std::move(block), got);
     }
   }
   if (got.size() < pages) {
@@ -203,17 +252,12 @@ std::vector<PageHandle> PagedDeviceMemory::gather(std::uint64_t pages, StreamHan
             format_bytes(stats_.in_use_bytes), " in use, ", format_bytes(pages_held_ * page_), " held, cap ",
             format_bytes(cap_pages_ * page_), device_full_ ? ", the device refused more pages" : "", ")"));
   }
-  // Pages beyond the request stay free, still tied to the marks of the block they came from.
-  while (got.size() > pages) {
-    free_pages_.push_back(std::move(got.back()));
-    got.pop_back();
-  }
   std::vector<PageHandle> handles;
   handles.reserve(pages);
   const Marks* waited = nullptr;
   for (const FreePage& page : got) {
     if (page.marks && page.marks.get() != waited) {
-      wait_for(page.marks, stream);
+      wait_for(*page.marks, stream);
       waited = page.marks.get();
     }
     handles.push_back(page.page);
@@ -221,13 +265,28 @@ std::vector<PageHandle> PagedDeviceMemory::gather(std::uint64_t pages, StreamHan
   return handles;
 }
 
-void PagedDeviceMemory::wait_for(const SharedMarks& marks, StreamHandle stream) {
-  if (marks->all_passed) return;
-  for (const auto& [other, mark] : marks->marks) {
+void PagedDeviceMemory::retire(std::unique_ptr<Block> block, std::vector<FreePage>& got) {
+  for (const PageHandle page : block->pages) got.push_back(FreePage{page, block->marks});
+  retired_.push_back(Retired{block->range, block->address, block->pages.size(), block->marks});
+  ++stats_.taken_blocks;
+}
+
+bool PagedDeviceMemory::ready_for(const Marks& marks, StreamHandle stream) {
+  if (marks.all_passed) return true;
+  for (const auto& [other, mark] : marks.marks)
+    if (other != stream && !driver_.passed(mark)) return false;
+  return std::all_of(marks.joined.begin(), marks.joined.end(),
+                     [&](const SharedMarks& part) { return ready_for(*part, stream); });
+}
+
+void PagedDeviceMemory::wait_for(const Marks& marks, StreamHandle stream) {
+  if (marks.all_passed) return;
+  for (const auto& [other, mark] : marks.marks) {
     if (other == stream || driver_.passed(mark)) continue;
     driver_.wait(stream, mark);
     ++stats_.device_waits;
   }
+  for (const SharedMarks& part : marks.joined) wait_for(*part, stream);
 }
 
 PagedDeviceMemory::SharedMarks PagedDeviceMemory::mark_streams(const std::vector<StreamHandle>& streams) {
@@ -238,29 +297,30 @@ PagedDeviceMemory::SharedMarks PagedDeviceMemory::mark_streams(const std::vector
   return marks;
 }
 
-bool PagedDeviceMemory::all_passed(const SharedMarks& marks) {
-  if (!marks->all_passed)
-    marks->all_passed = std::all_of(marks->marks.begin(), marks->marks.end(),
-                                    [&](const auto& entry) { return driver_.passed(entry.second); });
-  return marks->all_passed;
+bool PagedDeviceMemory::all_passed(Marks& marks) {
+  if (!marks.all_passed)
+    marks.all_passed = std::all_of(marks.marks.begin(), marks.marks.end(),
+                                   [&](const auto& entry) { return driver_.passed(entry.second); }) &&
+                       std::all_of(marks.joined.begin(), marks.joined.end(),
+                                   [&](const SharedMarks& part) { return all_passed(*part); });
+  return marks.all_passed;
+}
+
+void PagedDeviceMemory::unmap(const std::shared_ptr<Range>& range, DeviceAddress address,
+                              std::uint64_t pages) {
+  const Stopwatch timed(stats_.unmap_s);
+  for (std::uint64_t i = 0; i < pages; ++i) driver_.unmap(address + i * page_);
+  stats_.pages_unmapped += pages;
+  range->mapped -= pages;
+  if (range->mapped == 0) driver_.unreserve(range->address, range->pages * page_);
 }
 
 void PagedDeviceMemory::unmap_retired(bool everything) {
   std::erase_if(retired_, [&](const Retired& retired) {
-    if (!everything && !all_passed(retired.marks)) return false;
-    const Stopwatch timed(stats_.unmap_s);
-    for (std::uint64_t i = 0; i < retired.pages; ++i) driver_.unmap(retired.address + i * page_);
-    driver_.unreserve(retired.address, retired.pages * page_);
-    stats_.pages_unmapped += retired.pages;
+    if (!everything && retired.marks && !all_passed(*retired.marks)) return false;
+    unmap(retired.range, retired.address, retired.pages);
     return true;
   });
-}
-
-void PagedDeviceMemory::unmap_block(const Block& block) {
-  const Stopwatch timed(stats_.unmap_s);
-  for (std::size_t i = 0; i < block.pages.size(); ++i) driver_.unmap(block.address + i * page_);
-  driver_.unreserve(block.address, block.pages.size() * page_);
-  stats_.pages_unmapped += block.pages.size();
 }
 
 void PagedDeviceMemory::free(void* address) {
@@ -286,16 +346,17 @@ void PagedDeviceMemory::free(void* address) {
   block->used_on.insert(block->used_on.begin(), block->stream);
   block->marks = mark_streams(block->used_on);
   note_in_use(-static_cast<std::int64_t>(block->pages.size() * page_));
-  const std::uint64_t pages = block->pages.size();
-  cached_[block->stream].emplace(pages, std::move(block));
+  cache(std::move(block));
 }
 
 void PagedDeviceMemory::record_use(void* address, StreamHandle stream) {
   const DeviceAddress key = reinterpret_cast<DeviceAddress>(address);
   const std::lock_guard lock(mutex_);
   auto note = [&](StreamHandle own, std::vector<StreamHandle>& used_on) {
-    if (stream != own && std::find(used_on.begin(), used_on.end(), stream) == used_on.end())
+    if (stream != own && std::find(used_on.begin(), used_on.end(), stream) == used_on.end()) {
       used_on.push_back(stream);
+      ++stats_.recorded_uses;
+    }
   };
   if (const auto small = small_live_.find(key); small != small_live_.end()) {
     note(small->second.stream, small->second.used_on);
@@ -324,12 +385,11 @@ void PagedDeviceMemory::empty_cache() {
   driver_.synchronize();
   ++stats_.emptied;
   unmap_retired(true);
-  for (auto& [stream, blocks] : cached_) {
-    for (auto& [pages, block] : blocks) {
-      unmap_block(*block);
-      for (const PageHandle page : block->pages) free_pages_.push_back(FreePage{page, nullptr});
-    }
+  for (auto& [address, block] : freed_) {
+    unmap(block->range, block->address, block->pages.size());
+    for (const PageHandle page : block->pages) free_pages_.push_back(FreePage{page, nullptr});
   }
+  freed_.clear();
   cached_.clear();
   for (const FreePage& free_page : free_pages_) driver_.release_page(free_page.page);
   pages_held_ -= free_pages_.size();

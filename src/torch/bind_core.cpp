@@ -77,6 +77,9 @@ void bind_core(py::module_& m) {
     out["allocations"] = stats->allocations;
     out["small_allocations"] = stats->small_allocations;
     out["reused"] = stats->reused;
+    out["split_blocks"] = stats->split_blocks;
+    out["joined_blocks"] = stats->joined_blocks;
+    out["recorded_uses"] = stats->recorded_uses;
     out["mapped_blocks"] = stats->mapped_blocks;
     out["taken_blocks"] = stats->taken_blocks;
     out["pages_mapped"] = stats->pages_mapped;

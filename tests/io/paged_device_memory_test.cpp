@@ -171,20 +171,74 @@ TEST(PagedDeviceMemory, PagesOfAnotherStreamsBlockWaitOnTheDeviceForItsWork) {
   memory.free(back_on_copy);
 }
 
-TEST(PagedDeviceMemory, PagesLeftOverFromALargerBlockKeepItsStreamsWait) {
+TEST(PagedDeviceMemory, TheRestOfASplitBlockKeepsItsStreamsWait) {
   FakePageDriver driver(6);
   PagedDeviceMemory memory(driver);
   void* on_copy = memory.allocate(6 * kPage, kCopy);
   driver.hold(kCopy);
   memory.free(on_copy);
-  void* first = memory.allocate(2 * kPage, kCopy);  // same stream: no wait, 4 pages left over
+  void* first = memory.allocate(2 * kPage, kCopy);  // same stream: no wait, 4 pages kept freed
+  EXPECT_EQ(first, on_copy);
   EXPECT_TRUE(driver.waits.empty());
-  void* second = memory.allocate(4 * kPage, kCompute);  // the left-over pages are still the copy's
+  void* second = memory.allocate(4 * kPage, kCompute);  // those 4 pages are still the copy's
   ASSERT_EQ(driver.waits.size(), 1U);
   EXPECT_EQ(driver.waits[0], std::make_pair(kCompute, kCopy));
   driver.finish(kCopy);
   memory.free(first);
   memory.free(second);
+}
+
+TEST(PagedDeviceMemory, AFreedBlockServesAShorterRequestInPlaceAndKeepsTheRest) {
+  FakePageDriver driver(16);
+  PagedDeviceMemory memory(driver);
+  void* whole = memory.allocate(6 * kPage, kCompute);
+  memory.free(whole);
+  void* front = memory.allocate(2 * kPage, kCompute);
+  void* rest = memory.allocate(4 * kPage, kCompute);
+  EXPECT_EQ(front, whole);
+  EXPECT_EQ(rest, static_cast<char*>(whole) + 2 * kPage);
+  const PagedMemoryStats stats = memory.stats();
+  EXPECT_EQ(stats.pages_mapped, 6U) << "nothing mapped again";
+  EXPECT_EQ(stats.split_blocks, 1U);
+  EXPECT_EQ(stats.reused, 2U);
+  memory.free(front);
+  memory.free(rest);
+}
+
+TEST(PagedDeviceMemory, FreedNeighboursJoinToServeARequestAsLongAsBoth) {
+  FakePageDriver driver(5);
+  PagedDeviceMemory memory(driver);
+  void* whole = memory.allocate(5 * kPage, kCompute);
+  memory.free(whole);
+  void* left = memory.allocate(2 * kPage, kCompute);
+  void* right = memory.allocate(3 * kPage, kCompute);
+  memory.free(right);
+  memory.free(left);
+  EXPECT_EQ(memory.stats().joined_blocks, 1U);
+  EXPECT_EQ(memory.allocate(5 * kPage, kCompute), whole);
+  EXPECT_EQ(memory.stats().pages_mapped, 5U);
+  memory.free(whole);
+}
+
+TEST(PagedDeviceMemory, PagesAreTakenFromTheEndOfALargerFreedBlockWhichKeepsTheRest) {
+  FakePageDriver driver(8);
+  PagedDeviceMemory memory(driver);
+  void* big = memory.allocate(8 * kPage, kCompute);
+  memory.free(big);
+  void* on_copy = memory.allocate(3 * kPage, kCopy);  // another stream: no block of its own
+  EXPECT_EQ(memory.stats().pages_mapped, 11U);
+  EXPECT_EQ(driver.page_at(on_copy), driver.page_at(static_cast<char*>(big) + 5 * kPage));
+  void* front = memory.allocate(5 * kPage, kCompute);  // the 5 pages left, in place
+  EXPECT_EQ(front, big);
+  EXPECT_EQ(memory.stats().pages_mapped, 11U);
+  memory.free(on_copy);
+  void* again = memory.allocate(kPage, kCopy);  // any call unmaps the taken end once its marks have passed
+  EXPECT_EQ(again, on_copy);
+  EXPECT_EQ(memory.stats().pages_unmapped, 3U);
+  EXPECT_FALSE(driver.mapped_at(reinterpret_cast<DeviceAddress>(big) + 5 * kPage));
+  EXPECT_TRUE(driver.mapped_at(reinterpret_cast<DeviceAddress>(big)));
+  memory.free(again);
+  memory.free(front);
 }
 
 TEST(PagedDeviceMemory, ABlockRecordedOnAnotherStreamIsNotHandedOutBeforeThatStreamIsDone) {
@@ -247,7 +301,7 @@ TEST(PagedDeviceMemory, ADeviceThatRefusesPagesBelowTheCapLeavesTheFreedBlocksTo
   memory.set_cap(100 * kPage);
   void* a = memory.allocate(4 * kPage, kCompute);
   memory.free(a);
-  void* b = memory.allocate(3 * kPage, kCompute);
+  void* b = memory.allocate(3 * kPage, kCopy);  // another stream's: pages taken, not the block
   EXPECT_EQ(memory.stats().taken_blocks, 1U);
   try {
     memory.allocate(2 * kPage, kCompute);

@@ -99,12 +99,16 @@ def test_a_block_recorded_on_a_busy_stream_is_not_handed_out_again():
         del x
         y = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
         result["same_while_busy"] = y.data_ptr() == before
+        result["side_busy"] = not side.query()
+        result["stats_then"] = teraio.paged.stats()
         side.synchronize()
         del y
         z = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
         result["stats"] = teraio.paged.stats()
     """)
-    assert result["same_while_busy"] is False
+    assert result["side_busy"], "the side stream finished too early for the test to say anything"
+    assert result["stats_then"]["recorded_uses"] == 1, result
+    assert result["same_while_busy"] is False, result
 
 
 EXACT = """

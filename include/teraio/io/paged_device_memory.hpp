@@ -3,10 +3,12 @@
 // allocator slot. Why: the caching allocator serves a request from one free run of addresses
 // as long as the request. At the device's limit a 0.5–2 GiB request seldom finds one, and the
 // allocator then unmaps its whole cache, waiting for the device (W3: 70–100 times a step). Here
-// any free pages serve any request. A request that finds no free pages takes the pages of blocks
-// freed earlier and maps them at a new address: stream order makes that safe without a wait on
-// the block's own stream, a device-side wait on an event covers other streams. Nothing waits on
-// the host, and no other block is unmapped.
+// any free pages serve any request. Like the caching allocator, a request is served in place by
+// the smallest freed block of its stream that holds it (the rest stays freed), and freed
+// neighbours are joined. A request that no freed block holds takes pages from the ends of freed
+// blocks and maps them at a new address: stream order makes that safe without a wait on the
+// block's own stream, a device-side wait on an event covers other streams. Nothing waits on the
+// host, and only the pages taken are unmapped, once the device has run past their last use.
 #pragma once
 
 #include <cstddef>
@@ -58,7 +60,10 @@ struct PagedMemoryStats {
   std::uint64_t peak_held_bytes = 0;
   std::uint64_t allocations = 0;
   std::uint64_t small_allocations = 0;  // served from small-class slabs
-  std::uint64_t reused = 0;             // a freed block of the same size on the same stream
+  std::uint64_t reused = 0;             // served in place by a freed block of its stream
+  std::uint64_t split_blocks = 0;       // freed blocks cut in two: one part used, the rest kept
+  std::uint64_t joined_blocks = 0;      // freed blocks joined with a freed neighbour
+  std::uint64_t recorded_uses = 0;      // record_use calls that added a stream
   std::uint64_t mapped_blocks = 0;      // blocks mapped at a new address
   std::uint64_t taken_blocks = 0;       // freed blocks whose pages a new block took
   std::uint64_t pages_mapped = 0;
@@ -99,18 +104,27 @@ class PagedDeviceMemory {
  private:
   struct Marks;
   using SharedMarks = std::shared_ptr<Marks>;
-  struct Block {
+  // One reserved address range; unreserved once none of its pages is mapped.
+  struct Range {
     DeviceAddress address = 0;
+    std::uint64_t pages = 0;
+    std::uint64_t mapped = 0;
+  };
+  struct Block {
+    std::shared_ptr<Range> range;
+    DeviceAddress address = 0;  // inside range
     std::vector<PageHandle> pages;
     StreamHandle stream = nullptr;
     std::vector<StreamHandle> used_on;  // other streams (record_use)
     SharedMarks marks;                  // set while freed
+    DeviceAddress end(std::uint64_t page) const { return address + pages.size() * page; }
   };
   struct FreePage {
     PageHandle page = 0;
     SharedMarks marks;  // work of its last block, when it came from a freed block
   };
   struct Retired {
+    std::shared_ptr<Range> range;
     DeviceAddress address = 0;
     std::uint64_t pages = 0;
     SharedMarks marks;
@@ -127,15 +141,18 @@ class PagedDeviceMemory {
 
   void* allocate_small(std::uint64_t bytes, StreamHandle stream);
   void* allocate_pages(std::uint64_t pages, StreamHandle stream);
-  std::unique_ptr<Block> take_cached(std::uint64_t pages, StreamHandle stream);
+  Block* best_cached(std::uint64_t pages, StreamHandle stream);
+  std::unique_ptr<Block> detach(Block* block);
+  void cache(std::unique_ptr<Block> block);
+  std::unique_ptr<Block> cut_tail(Block& block, std::uint64_t keep);
   std::vector<PageHandle> gather(std::uint64_t pages, StreamHandle stream);
-  void take_pages_of(std::unique_ptr<Block> victim, std::uint64_t wanted, StreamHandle stream,
-                     std::vector<PageHandle>& got);
-  void wait_for(const SharedMarks& marks, StreamHandle stream);
+  void retire(std::unique_ptr<Block> block, std::vector<FreePage>& got);
+  bool ready_for(const Marks& marks, StreamHandle stream);
+  void wait_for(const Marks& marks, StreamHandle stream);
   SharedMarks mark_streams(const std::vector<StreamHandle>& streams);
-  bool all_passed(const SharedMarks& marks);
+  bool all_passed(Marks& marks);
+  void unmap(const std::shared_ptr<Range>& range, DeviceAddress address, std::uint64_t pages);
   void unmap_retired(bool everything);
-  void unmap_block(const Block& block);
   void note_in_use(std::int64_t delta);
 
   PageDriver& driver_;
@@ -145,7 +162,9 @@ class PagedDeviceMemory {
   std::uint64_t pages_held_ = 0;
   std::vector<FreePage> free_pages_;
   std::unordered_map<DeviceAddress, std::unique_ptr<Block>> live_;
-  std::map<StreamHandle, std::multimap<std::uint64_t, std::unique_ptr<Block>>> cached_;
+  // Freed blocks, owned by address (to find a neighbour to join) and listed by stream and size.
+  std::map<DeviceAddress, std::unique_ptr<Block>> freed_;
+  std::map<StreamHandle, std::multimap<std::uint64_t, Block*>> cached_;
   std::vector<Retired> retired_;
   std::unordered_map<DeviceAddress, SmallLive> small_live_;
   std::map<std::pair<StreamHandle, std::size_t>, std::vector<SmallChunk>> small_free_;
