@@ -14,7 +14,6 @@ import sys
 import textwrap
 
 import pytest
-import torch
 
 import teraio
 from conftest import requires_cuda
@@ -93,7 +92,9 @@ def test_a_block_recorded_on_a_busy_stream_is_not_handed_out_again():
         x = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
         before = x.data_ptr()
         with torch.cuda.stream(side):
-            torch.cuda._sleep(2_000_000_000)  # about a second of a busy side stream
+            a = torch.randn(4096, 4096, device="cuda")
+            for _ in range(400):  # a side stream busy for about a second with real work
+                a = a @ a / 64
             x.add_(1)
         x.record_stream(side)
         del x

@@ -1,0 +1,159 @@
+"""What CUDA's virtual memory calls cost on this machine, per call and per GiB, at two page sizes.
+
+teraio.paged maps every block from 2 MiB pages (the driver's granularity). On W3 it spent
+74 microseconds per page mapping and 33 per page unmapping (bench/RESULTS.md, session 25), while
+PyTorch's expandable segments map 20 MiB handles. Whether larger pages would cut that cost depends
+on whether the driver charges per call or per byte, which this measures: it creates --total of
+pages of each size, maps them one by one into one reserved range, sets access once, unmaps them
+one by one, maps them again and unmaps the whole range in one call (to see whether the driver
+allows that), and releases them. The driver is reached through ctypes (libcuda.so.1), in the
+primary context PyTorch makes current.
+
+    python3 bench/vmm_costs.py [--total 8GiB] [--pages 2MiB,32MiB] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import time
+
+import torch
+
+MIB = 1 << 20
+GIB = 1 << 30
+CU_MEM_ALLOCATION_TYPE_PINNED = 1
+CU_MEM_LOCATION_TYPE_DEVICE = 1
+CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
+
+
+class Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class AllocFlags(ctypes.Structure):
+    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+
+
+class AllocationProp(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", Location),
+                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", AllocFlags)]
+
+
+class AccessDesc(ctypes.Structure):
+    _fields_ = [("location", Location), ("flags", ctypes.c_int)]
+
+
+def parse_size(text):
+    units = {"KiB": 1 << 10, "MiB": MIB, "GiB": GIB}
+    for unit, factor in units.items():
+        if text.endswith(unit):
+            return int(float(text[:-len(unit)]) * factor)
+    return int(text)
+
+
+class Driver:
+    def __init__(self, device):
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.device = device
+
+    def call(self, name, *args):
+        rc = getattr(self.lib, name)(*args)
+        if rc != 0:
+            text = ctypes.c_char_p()
+            self.lib.cuGetErrorName(rc, ctypes.byref(text))
+            raise RuntimeError(f"{name}: {text.value.decode() if text.value else rc}")
+
+    def try_call(self, name, *args):
+        return getattr(self.lib, name)(*args)
+
+
+def timed(function):
+    start = time.perf_counter()
+    function()
+    return time.perf_counter() - start
+
+
+def measure(driver, page, total):
+    prop = AllocationProp(type=CU_MEM_ALLOCATION_TYPE_PINNED, location=Location(CU_MEM_LOCATION_TYPE_DEVICE,
+                                                                               driver.device))
+    access = AccessDesc(location=Location(CU_MEM_LOCATION_TYPE_DEVICE, driver.device),
+                        flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+    count = total // page
+    handles = [ctypes.c_ulonglong() for _ in range(count)]
+    base = ctypes.c_ulonglong()
+    row = {"page_bytes": page, "pages": count, "total_bytes": count * page}
+
+    def create():
+        for handle in handles:
+            driver.call("cuMemCreate", ctypes.byref(handle), ctypes.c_size_t(page), ctypes.byref(prop),
+                        ctypes.c_ulonglong(0))
+
+    def map_all():
+        for i, handle in enumerate(handles):
+            driver.call("cuMemMap", ctypes.c_ulonglong(base.value + i * page), ctypes.c_size_t(page), ctypes.c_size_t(0),
+                        handle, ctypes.c_ulonglong(0))
+
+    def set_access():
+        driver.call("cuMemSetAccess", base, ctypes.c_size_t(count * page), ctypes.byref(access), ctypes.c_size_t(1))
+
+    def unmap_each():
+        for i in range(count):
+            driver.call("cuMemUnmap", ctypes.c_ulonglong(base.value + i * page), ctypes.c_size_t(page))
+
+    row["create_s"] = timed(create)
+    driver.call("cuMemAddressReserve", ctypes.byref(base), ctypes.c_size_t(count * page), ctypes.c_size_t(page),
+                ctypes.c_ulonglong(0), ctypes.c_ulonglong(0))
+    row["map_s"] = timed(map_all)
+    row["set_access_s"] = timed(set_access)
+    torch.cuda.synchronize()
+    row["unmap_each_s"] = timed(unmap_each)
+    map_all()
+    set_access()
+    rc = None
+
+    def unmap_whole():
+        nonlocal rc
+        rc = driver.try_call("cuMemUnmap", base, ctypes.c_size_t(count * page))
+
+    row["unmap_whole_s"] = timed(unmap_whole)
+    row["unmap_whole_allowed"] = rc == 0
+    if rc != 0:
+        unmap_each()
+    row["release_s"] = timed(lambda: [driver.call("cuMemRelease", handle) for handle in handles])
+    driver.call("cuMemAddressFree", base, ctypes.c_size_t(count * page))
+    for key in ("create", "map", "unmap_each", "release"):
+        row[f"{key}_us_per_page"] = row[f"{key}_s"] / count * 1e6
+        row[f"{key}_s_per_gib"] = row[f"{key}_s"] / (count * page / GIB)
+    return row
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--total", default="8GiB", help="bytes of pages per size (default %(default)s)")
+    p.add_argument("--pages", default="2MiB,32MiB", help="page sizes, comma-separated (default %(default)s)")
+    p.add_argument("--json", help="write the rows here too")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("vmm_costs.py needs a CUDA device")
+    torch.zeros(1, device="cuda")  # the primary context, current on this thread
+    driver = Driver(torch.cuda.current_device())
+    rows = [measure(driver, parse_size(size), parse_size(args.total)) for size in args.pages.split(",")]
+    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print("| page | pages | create (µs/page) | map (µs/page) | map (s/GiB) | set access, whole range (s) | "
+          "unmap one by one (µs/page) | unmap (s/GiB) | one unmap for the range | release (µs/page) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        whole = f"{r['unmap_whole_s'] * 1e3:.1f} ms" if r["unmap_whole_allowed"] else "refused"
+        print(f"| {r['page_bytes'] // MIB} MiB | {r['pages']} | {r['create_us_per_page']:.1f} | "
+              f"{r['map_us_per_page']:.1f} | {r['map_s_per_gib']:.4f} | {r['set_access_s']:.4f} | "
+              f"{r['unmap_each_us_per_page']:.1f} | {r['unmap_each_s_per_gib']:.4f} | {whole} | "
+              f"{r['release_us_per_page']:.1f} |")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(rows, out, indent=1)
+
+
+if __name__ == "__main__":
+    main()
