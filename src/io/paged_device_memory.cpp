@@ -55,12 +55,16 @@ PagedDeviceMemory::PagedDeviceMemory(PageDriver& driver)
 PagedDeviceMemory::~PagedDeviceMemory() {
   try {
     unmap_retired(true);
-    for (auto& [address, block] : freed_) {
-      unmap(block->range, block->address, block->pages.size());
+    for (const auto& [address, block] : freed_) {
+      DeviceAddress at = block->address;
+      std::uint64_t left = block->pages.size();
+      unmap(*block->range, at, left);
       for (const PageHandle page : block->pages) driver_.release_page(page);
     }
     for (const auto& slab : slabs_) {
-      unmap(slab->range, slab->address, slab->pages.size());
+      DeviceAddress at = slab->address;
+      std::uint64_t left = slab->pages.size();
+      unmap(*slab->range, at, left);
       for (const PageHandle page : slab->pages) driver_.release_page(page);
     }
     for (const FreePage& free_page : free_pages_) driver_.release_page(free_page.page);
@@ -97,12 +101,12 @@ void* PagedDeviceMemory::allocate_small(std::uint64_t bytes, StreamHandle stream
     ++stats_.small_allocations;
     return reinterpret_cast<void*>(address);
   }
-  // A new slab: one page cut into chunks of this class, kept for this stream and class.
-  void* slab_address = allocate_pages(1, stream);
-  auto slab = live_.extract(reinterpret_cast<DeviceAddress>(slab_address));
-  note_in_use(-static_cast<std::int64_t>(page_));
-  slabs_.push_back(std::move(slab.mapped()));
-  const DeviceAddress base = reinterpret_cast<DeviceAddress>(slab_address);
+  // A new slab: one page cut into chunks of this class, kept for this stream and class. Only
+  // its chunks handed out count as in use.
+  std::unique_ptr<Block> slab = take_block(1, stream);
+  const DeviceAddress base = slab->address;
+  void* slab_address = reinterpret_cast<void*>(base);
+  slabs_.push_back(std::move(slab));
   for (std::uint64_t offset = page_ - size_class; offset > 0; offset -= size_class)
     chunks.push_back(SmallChunk{base + offset, nullptr});
   small_live_.emplace(base, SmallLive{size_class, stream, {}});
@@ -112,34 +116,60 @@ void* PagedDeviceMemory::allocate_small(std::uint64_t bytes, StreamHandle stream
 }
 
 void* PagedDeviceMemory::allocate_pages(std::uint64_t pages, StreamHandle stream) {
-  std::unique_ptr<Block> block;
-  if (Block* fits = best_cached(pages, stream)) {
-    block = detach(fits);
-    if (block->pages.size() > pages) {
-      cache(cut_tail(*block, pages));
-      ++stats_.split_blocks;
-    }
-    block->marks.reset();
-    block->used_on.clear();
-    ++stats_.reused;
-  } else {
-    block = std::make_unique<Block>();
-    block->pages = gather(pages, stream);
-    block->stream = stream;
-    // A failing driver call here is a broken device, not a full one: it is reported as is.
-    const Stopwatch timed(stats_.map_s);
-    block->address = driver_.reserve(pages * page_);
-    block->range = std::make_shared<Range>(Range{block->address, pages, 0});
-    for (std::uint64_t i = 0; i < pages; ++i) driver_.map(block->address + i * page_, block->pages[i]);
-    block->range->mapped = pages;
-    driver_.allow_access(block->address, pages * page_);
-    stats_.pages_mapped += pages;
-    ++stats_.mapped_blocks;
-  }
+  std::unique_ptr<Block> block = take_block(pages, stream);
   const DeviceAddress address = block->address;
   live_.emplace(address, std::move(block));
   note_in_use(static_cast<std::int64_t>(pages * page_));
   return reinterpret_cast<void*>(address);
+}
+
+std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::take_block(std::uint64_t pages,
+                                                                        StreamHandle stream) {
+  Block* fits = best_cached(pages, stream);
+  if (fits == nullptr) return map_new(pages, stream);
+  std::unique_ptr<Block> block = detach(fits);
+  if (block->pages.size() > pages) {
+    cache(cut_tail(*block, pages));
+    ++stats_.split_blocks;
+  }
+  block->marks.reset();
+  block->used_on.clear();
+  ++stats_.reused;
+  return block;
+}
+
+std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::map_new(std::uint64_t pages,
+                                                                     StreamHandle stream) {
+  std::vector<FreePage> got = gather(pages, stream);
+  auto block = std::make_unique<Block>();
+  block->stream = stream;
+  std::uint64_t mapped = 0;
+  try {
+    const Stopwatch timed(stats_.map_s);
+    block->address = driver_.reserve(pages * page_);
+    block->range = std::make_shared<Range>(Range{block->address, pages, 0});
+    for (; mapped < pages; ++mapped) {
+      driver_.map(block->address + mapped * page_, got[mapped].page);
+      ++block->range->mapped;
+    }
+    driver_.allow_access(block->address, pages * page_);
+  } catch (...) {
+    // The pages go back free (with the marks they came with), what was mapped is unmapped, and
+    // the range is given up: the allocator stays as it was before the request.
+    try {
+      for (std::uint64_t i = 0; i < mapped; ++i) driver_.unmap(block->address + i * page_);
+      if (block->range) driver_.unreserve(block->address, pages * page_);
+    } catch (const std::exception& e) {
+      log::warn("paged device memory: undoing a failed mapping failed too: ", e.what());
+    }
+    for (FreePage& page : got) free_pages_.push_back(std::move(page));
+    throw;
+  }
+  block->pages.reserve(pages);
+  for (const FreePage& page : got) block->pages.push_back(page.page);
+  stats_.pages_mapped += pages;
+  ++stats_.mapped_blocks;
+  return block;
 }
 
 PagedDeviceMemory::Block* PagedDeviceMemory::best_cached(std::uint64_t pages, StreamHandle stream) {
@@ -203,22 +233,55 @@ std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::cut_tail(Block& blo
   return tail;
 }
 
-std::vector<PageHandle> PagedDeviceMemory::gather(std::uint64_t pages, StreamHandle stream) {
+std::uint64_t PagedDeviceMemory::cached_pages() const {
+  std::uint64_t pages = 0;
+  for (const auto& [stream, blocks] : cached_)
+    for (const auto& [size, block] : blocks) pages += size;
+  return pages;
+}
+
+std::vector<PagedDeviceMemory::FreePage> PagedDeviceMemory::gather(std::uint64_t pages, StreamHandle stream) {
+  // A request that cannot be met is refused before any freed block is taken apart: the blocks
+  // stay whole for the requests that follow (TeraIO moves tensors out and asks again).
+  const std::uint64_t creatable = pages_held_ < cap_pages_ ? cap_pages_ - pages_held_ : 0;
+  const std::uint64_t cached = cached_pages();
+  if (free_pages_.size() + creatable + cached < pages) {
+    ++stats_.out_of_memory;
+    throw Error(ErrorKind::kOutOfMemory,
+                cat("paged device memory: no room for ", format_bytes(pages * page_), " (",
+                    format_bytes(stats_.in_use_bytes), " in use, ", format_bytes(pages_held_ * page_),
+                    " held, cap ", format_bytes(cap_pages_ * page_), ")"));
+  }
   std::vector<FreePage> got;
   got.reserve(pages);
   while (got.size() < pages && !free_pages_.empty()) {
     got.push_back(std::move(free_pages_.back()));
     free_pages_.pop_back();
   }
-  while (got.size() < pages && pages_held_ < cap_pages_ && !device_full_) {
-    const std::optional<PageHandle> page = driver_.create_page();
-    if (!page) {
-      device_full_ = true;
-      break;
+  try {
+    while (got.size() < pages && pages_held_ < cap_pages_ && !device_full_) {
+      const std::optional<PageHandle> page = driver_.create_page();
+      if (!page) {
+        device_full_ = true;  // until this request is done: memory may come free meanwhile
+        break;
+      }
+      ++pages_held_;
+      stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, pages_held_ * page_);
+      got.push_back(FreePage{*page, nullptr});
     }
-    ++pages_held_;
-    stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, pages_held_ * page_);
-    got.push_back(FreePage{*page, nullptr});
+  } catch (...) {
+    for (FreePage& page : got) free_pages_.push_back(std::move(page));
+    throw;
+  }
+  const bool refused = device_full_;
+  device_full_ = false;
+  if (refused && got.size() + cached < pages) {
+    for (FreePage& page : got) free_pages_.push_back(std::move(page));
+    ++stats_.out_of_memory;
+    throw Error(ErrorKind::kOutOfMemory,
+                cat("paged device memory: no room for ", format_bytes(pages * page_), " (",
+                    format_bytes(stats_.in_use_bytes), " in use, ", format_bytes(pages_held_ * page_),
+                    " held, cap ", format_bytes(cap_pages_ * page_), ", the device refused more pages)"));
   }
   // Freed blocks give pages from their ends: this stream's first (stream order covers them), then
   // the others'. Within a stream the smallest block that covers the rest, else the largest.
@@ -243,26 +306,14 @@ std::vector<PageHandle> PagedDeviceMemory::gather(std::uint64_t pages, StreamHan
       retire(std::move(block), got);
     }
   }
-  if (got.size() < pages) {
-    for (FreePage& page : got) free_pages_.push_back(std::move(page));
-    ++stats_.out_of_memory;
-    throw Error(
-        ErrorKind::kOutOfMemory,
-        cat("paged device memory: no room for ", format_bytes(pages * page_), " (",
-            format_bytes(stats_.in_use_bytes), " in use, ", format_bytes(pages_held_ * page_), " held, cap ",
-            format_bytes(cap_pages_ * page_), device_full_ ? ", the device refused more pages" : "", ")"));
-  }
-  std::vector<PageHandle> handles;
-  handles.reserve(pages);
   const Marks* waited = nullptr;
   for (const FreePage& page : got) {
     if (page.marks && page.marks.get() != waited) {
       wait_for(*page.marks, stream);
       waited = page.marks.get();
     }
-    handles.push_back(page.page);
   }
-  return handles;
+  return got;
 }
 
 void PagedDeviceMemory::retire(std::unique_ptr<Block> block, std::vector<FreePage>& got) {
@@ -306,21 +357,26 @@ bool PagedDeviceMemory::all_passed(Marks& marks) {
   return marks.all_passed;
 }
 
-void PagedDeviceMemory::unmap(const std::shared_ptr<Range>& range, DeviceAddress address,
-                              std::uint64_t pages) {
+void PagedDeviceMemory::unmap(Range& range, DeviceAddress& address, std::uint64_t& pages) {
+  // Progress is recorded page by page, so that a driver call failing part-way is not repeated
+  // on pages already unmapped.
   const Stopwatch timed(stats_.unmap_s);
-  for (std::uint64_t i = 0; i < pages; ++i) driver_.unmap(address + i * page_);
-  stats_.pages_unmapped += pages;
-  range->mapped -= pages;
-  if (range->mapped == 0) driver_.unreserve(range->address, range->pages * page_);
+  for (; pages > 0; --pages, address += page_) {
+    driver_.unmap(address);
+    ++stats_.pages_unmapped;
+    if (--range.mapped == 0) driver_.unreserve(range.address, range.pages * page_);
+  }
 }
 
 void PagedDeviceMemory::unmap_retired(bool everything) {
-  std::erase_if(retired_, [&](const Retired& retired) {
-    if (!everything && retired.marks && !all_passed(*retired.marks)) return false;
-    unmap(retired.range, retired.address, retired.pages);
-    return true;
-  });
+  for (auto retired = retired_.begin(); retired != retired_.end();) {
+    if (!everything && retired->marks && !all_passed(*retired->marks)) {
+      ++retired;
+      continue;
+    }
+    unmap(*retired->range, retired->address, retired->pages);
+    retired = retired_.erase(retired);
+  }
 }
 
 void PagedDeviceMemory::free(void* address) {
@@ -339,17 +395,21 @@ void PagedDeviceMemory::free(void* address) {
   if (live == live_.end())
     throw Error(ErrorKind::kInvalidArgument,
                 cat("paged device memory: free of ", address, ", which it did not hand out"));
+  // The block's own stream is marked too: another stream taking its pages, and the unmapping of
+  // its addresses, must wait for the work queued on it. Marked before it leaves live_, so that a
+  // failing event leaves it there.
+  std::vector<StreamHandle> streams{live->second->stream};
+  streams.insert(streams.end(), live->second->used_on.begin(), live->second->used_on.end());
+  SharedMarks marks = mark_streams(streams);
   std::unique_ptr<Block> block = std::move(live->second);
   live_.erase(live);
-  // The block's own stream is marked too: another stream taking its pages, and the unmapping of
-  // its addresses, must wait for the work queued on it.
-  block->used_on.insert(block->used_on.begin(), block->stream);
-  block->marks = mark_streams(block->used_on);
+  block->used_on = std::move(streams);
+  block->marks = std::move(marks);
   note_in_use(-static_cast<std::int64_t>(block->pages.size() * page_));
   cache(std::move(block));
 }
 
-void PagedDeviceMemory::record_use(void* address, StreamHandle stream) {
+bool PagedDeviceMemory::record_use(void* address, StreamHandle stream) {
   const DeviceAddress key = reinterpret_cast<DeviceAddress>(address);
   const std::lock_guard lock(mutex_);
   auto note = [&](StreamHandle own, std::vector<StreamHandle>& used_on) {
@@ -360,18 +420,17 @@ void PagedDeviceMemory::record_use(void* address, StreamHandle stream) {
   };
   if (const auto small = small_live_.find(key); small != small_live_.end()) {
     note(small->second.stream, small->second.used_on);
-    return;
+    return true;
   }
   const auto live = live_.find(key);
-  if (live == live_.end())
-    throw Error(ErrorKind::kInvalidArgument,
-                cat("paged device memory: a stream recorded on ", address, ", which it did not hand out"));
+  if (live == live_.end()) return false;
   note(live->second->stream, live->second->used_on);
+  return true;
 }
 
 void PagedDeviceMemory::set_cap(std::uint64_t bytes) {
   const std::lock_guard lock(mutex_);
-  cap_pages_ = (bytes == 0 ? driver_.device_bytes() : bytes) / page_;
+  cap_pages_ = bytes / page_;
   device_full_ = false;
 }
 
@@ -385,15 +444,29 @@ void PagedDeviceMemory::empty_cache() {
   driver_.synchronize();
   ++stats_.emptied;
   unmap_retired(true);
-  for (auto& [address, block] : freed_) {
-    unmap(block->range, block->address, block->pages.size());
-    for (const PageHandle page : block->pages) free_pages_.push_back(FreePage{page, nullptr});
+  while (!freed_.empty()) {
+    // Out of the lists first, its pages free only once all are unmapped: a failure part-way
+    // leaves it in neither state twice.
+    Block* block = freed_.begin()->second.get();
+    std::unique_ptr<Block> owned = detach(block);
+    DeviceAddress at = owned->address;
+    std::uint64_t left = owned->pages.size();
+    try {
+      unmap(*owned->range, at, left);
+    } catch (...) {
+      // The device is idle (synchronized): the pages are free, the rest of the range is
+      // unmapped by a later call.
+      retired_.push_back(Retired{owned->range, at, left, nullptr});
+      for (const PageHandle page : owned->pages) free_pages_.push_back(FreePage{page, nullptr});
+      throw;
+    }
+    for (const PageHandle page : owned->pages) free_pages_.push_back(FreePage{page, nullptr});
   }
-  freed_.clear();
-  cached_.clear();
-  for (const FreePage& free_page : free_pages_) driver_.release_page(free_page.page);
-  pages_held_ -= free_pages_.size();
-  free_pages_.clear();
+  while (!free_pages_.empty()) {
+    driver_.release_page(free_pages_.back().page);
+    free_pages_.pop_back();
+    --pages_held_;
+  }
   device_full_ = false;
 }
 

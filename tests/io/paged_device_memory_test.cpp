@@ -41,16 +41,21 @@ class FakePageDriver final : public PageDriver {
     reserved_.erase(address);
   }
   void map(DeviceAddress address, PageHandle page) override {
+    fail_if(fail_map_in);
     EXPECT_TRUE(pages_.contains(page)) << "mapped a page that does not exist";
     EXPECT_FALSE(mapped_.contains(address)) << "mapped twice at one address";
     mapped_[address] = page;
   }
-  void unmap(DeviceAddress address) override { EXPECT_EQ(mapped_.erase(address), 1U) << "unmapped twice"; }
+  void unmap(DeviceAddress address) override {
+    fail_if(fail_unmap_in);
+    EXPECT_EQ(mapped_.erase(address), 1U) << "unmapped twice";
+  }
   void allow_access(DeviceAddress address, std::uint64_t bytes) override {
     for (DeviceAddress at = address; at < address + bytes; at += kPage)
       EXPECT_TRUE(mapped_.contains(at)) << "access set on an unmapped page";
   }
   StreamMark mark(StreamHandle stream) override {
+    fail_if(fail_mark_in);
     ++live_marks_;
     const auto id = ++last_mark_;
     stream_of_[id] = stream;
@@ -80,8 +85,16 @@ class FakePageDriver final : public PageDriver {
 
   std::vector<std::pair<StreamHandle, StreamHandle>> waits;  // (waiting stream, mark's stream)
   int synchronized = 0;
+  // The call that many calls from now fails (1: the next one); 0 never.
+  int fail_map_in = 0;
+  int fail_unmap_in = 0;
+  int fail_mark_in = 0;
 
  private:
+  static void fail_if(int& countdown) {
+    if (countdown > 0 && --countdown == 0) throw Error(ErrorKind::kCuda, "injected driver failure");
+  }
+
   std::uint64_t device_pages_;
   PageHandle last_page_ = 0;
   std::set<PageHandle> pages_;
@@ -356,7 +369,8 @@ TEST(PagedDeviceMemory, AnAddressItDidNotHandOutIsRefused) {
   PagedDeviceMemory memory(driver);
   int local = 0;
   EXPECT_THROW(memory.free(&local), Error);
-  EXPECT_THROW(memory.record_use(&local, kCopy), Error);
+  EXPECT_FALSE(memory.record_use(&local, kCopy)) << "PyTorch records streams on empty tensors too";
+  EXPECT_FALSE(memory.record_use(nullptr, kCopy));
   EXPECT_EQ(memory.allocate(0, kCompute), nullptr);
 }
 
@@ -373,6 +387,81 @@ TEST(PagedDeviceMemory, ClosingUnmapsAndReleasesEverythingNotInUse) {
   }
   EXPECT_EQ(driver.pages_alive(), 4U) << "only the block still in use keeps its pages";
   EXPECT_EQ(driver.mappings(), 4U);
+}
+
+TEST(PagedDeviceMemory, ARequestThatCannotBeMetLeavesTheFreedBlocksWhole) {
+  FakePageDriver driver(8);
+  PagedDeviceMemory memory(driver);
+  void* kept = memory.allocate(4 * kPage, kCompute);
+  void* freed = memory.allocate(3 * kPage, kCompute);
+  memory.free(freed);
+  EXPECT_THROW(memory.allocate(6 * kPage, kCopy), Error);
+  const PagedMemoryStats before = memory.stats();
+  EXPECT_EQ(before.taken_blocks, 0U);
+  EXPECT_EQ(memory.allocate(3 * kPage, kCompute), freed) << "served in place, not mapped again";
+  EXPECT_EQ(memory.stats().pages_mapped, before.pages_mapped);
+  memory.free(kept);
+}
+
+TEST(PagedDeviceMemory, ACapOfZeroAllowsNothing) {
+  FakePageDriver driver(8);
+  PagedDeviceMemory memory(driver);
+  memory.set_cap(0);
+  EXPECT_THROW(memory.allocate(kPage + 1, kCompute), Error);
+  EXPECT_THROW(memory.allocate(10, kCompute), Error);
+}
+
+TEST(PagedDeviceMemory, ASmallSlabCountsOnlyItsChunksAsInUse) {
+  FakePageDriver driver(8);
+  PagedDeviceMemory memory(driver);
+  void* chunk = memory.allocate(512, kCompute);
+  EXPECT_EQ(memory.stats().peak_in_use_bytes, 512U);
+  EXPECT_EQ(memory.stats().held_bytes, kPage);
+  memory.free(chunk);
+}
+
+TEST(PagedDeviceMemory, AMappingThatFailsPartWayLeavesNothingBehind) {
+  FakePageDriver driver(16);
+  PagedDeviceMemory memory(driver);
+  driver.fail_map_in = 3;
+  EXPECT_THROW(memory.allocate(4 * kPage, kCompute), Error);
+  EXPECT_EQ(driver.mappings(), 0U);
+  EXPECT_EQ(memory.stats().held_bytes, driver.pages_alive() * kPage);
+  void* block = memory.allocate(14 * kPage, kCompute);  // the four pages are free again
+  EXPECT_EQ(memory.stats().held_bytes, 14 * kPage);
+  EXPECT_EQ(driver.mappings(), 14U);
+  memory.free(block);
+}
+
+TEST(PagedDeviceMemory, AnEventThatFailsWhenFreeingLeavesTheBlockToFreeAgain) {
+  FakePageDriver driver(8);
+  PagedDeviceMemory memory(driver);
+  void* block = memory.allocate(4 * kPage, kCompute);
+  driver.fail_mark_in = 1;
+  EXPECT_THROW(memory.free(block), Error);
+  EXPECT_EQ(memory.stats().in_use_bytes, 4 * kPage);
+  memory.free(block);
+  EXPECT_EQ(memory.stats().in_use_bytes, 0U);
+}
+
+TEST(PagedDeviceMemory, AnUnmapThatFailsWhileEmptyingNeverHandsOutAnUnmappedAddress) {
+  FakePageDriver driver(8);
+  PagedDeviceMemory memory(driver);
+  void* a = memory.allocate(2 * kPage, kCompute);
+  void* b = memory.allocate(2 * kPage, kCopy);
+  memory.free(a);
+  memory.free(b);
+  driver.fail_unmap_in = 3;  // the second block's first page
+  EXPECT_THROW(memory.empty_cache(), Error);
+  for (int i = 0; i < 3; ++i) {
+    void* fresh = memory.allocate(2 * kPage, kCompute);  // does not keep failing
+    EXPECT_TRUE(driver.mapped_at(reinterpret_cast<DeviceAddress>(fresh)));
+    memory.free(fresh);
+  }
+  memory.empty_cache();
+  EXPECT_EQ(driver.mappings(), 0U);
+  EXPECT_EQ(driver.pages_alive(), 0U);
+  EXPECT_EQ(memory.stats().held_bytes, 0U);
 }
 
 TEST(PagedDeviceMemory, PagesSmallerThanTheSmallestSlabAreRefused) {

@@ -89,6 +89,11 @@ def test_a_block_recorded_on_a_busy_stream_is_not_handed_out_again():
     result = run_fresh("""
         teraio.paged.install()
         side = torch.cuda.Stream()
+        with torch.cuda.stream(side):  # kernels loaded first: a first launch waits for the stream
+            warm = torch.randn(64, 64, device="cuda")
+            (warm @ warm / 64).add_(1)
+        side.synchronize()
+        torch.empty(0, device="cuda").record_stream(side)  # PyTorch records empty tensors too: ignored
         x = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
         before = x.data_ptr()
         with torch.cuda.stream(side):

@@ -93,11 +93,14 @@ class PagedDeviceMemory {
   // The block goes back; work already queued may still use it. Throws on a foreign pointer.
   void free(void* address);
   // Work on `stream` uses the block too: it is not handed out again before that work is done.
-  void record_use(void* address, StreamHandle stream);
-  // The most bytes of pages held at once, rounded down to pages; 0 = the whole device.
+  // False for an address it did not hand out (PyTorch records streams on empty tensors too).
+  bool record_use(void* address, StreamHandle stream);
+  // The most bytes of pages held at once, rounded down to pages (the whole device at first).
   void set_cap(std::uint64_t bytes);
   std::uint64_t cap() const;
   // Waits for the device, unmaps every freed block and gives its pages back to the driver.
+  // A driver call that fails part-way leaves every block either still freed and mapped or
+  // unmapped with its pages free, never both.
   void empty_cache();
   PagedMemoryStats stats() const;
 
@@ -141,17 +144,20 @@ class PagedDeviceMemory {
 
   void* allocate_small(std::uint64_t bytes, StreamHandle stream);
   void* allocate_pages(std::uint64_t pages, StreamHandle stream);
+  std::unique_ptr<Block> take_block(std::uint64_t pages, StreamHandle stream);
+  std::unique_ptr<Block> map_new(std::uint64_t pages, StreamHandle stream);
   Block* best_cached(std::uint64_t pages, StreamHandle stream);
   std::unique_ptr<Block> detach(Block* block);
   void cache(std::unique_ptr<Block> block);
   std::unique_ptr<Block> cut_tail(Block& block, std::uint64_t keep);
-  std::vector<PageHandle> gather(std::uint64_t pages, StreamHandle stream);
+  std::vector<FreePage> gather(std::uint64_t pages, StreamHandle stream);
+  std::uint64_t cached_pages() const;
   void retire(std::unique_ptr<Block> block, std::vector<FreePage>& got);
   bool ready_for(const Marks& marks, StreamHandle stream);
   void wait_for(const Marks& marks, StreamHandle stream);
   SharedMarks mark_streams(const std::vector<StreamHandle>& streams);
   bool all_passed(Marks& marks);
-  void unmap(const std::shared_ptr<Range>& range, DeviceAddress address, std::uint64_t pages);
+  void unmap(Range& range, DeviceAddress& address, std::uint64_t& pages);
   void unmap_retired(bool everything);
   void note_in_use(std::int64_t delta);
 
