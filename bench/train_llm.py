@@ -218,6 +218,9 @@ def parse_args(argv):
                    help="every mode's CUDA allocator: PyTorch's caching allocator (default; --alloc-conf tunes it) or "
                         "TeraIO's paged device memory (teraio.paged: blocks mapped from pages at their own addresses, "
                         "no flush of the cache at the cap)")
+    p.add_argument("--paged-page", metavar="SIZE",
+                   help="--allocator paged: its physical page (default the device's granularity, 2 MiB on an H100; "
+                        "larger pages take fewer driver calls per block, bench/vmm_costs.py)")
     p.add_argument("--plot", action="store_true", help="after the run, plot every table in --out (matplotlib)")
     p.add_argument("--plot-from", metavar="DIR", help="only plot the tables already in DIR")
     p.add_argument("--list-modes", action="store_true", help="list the modes and exit")
@@ -249,6 +252,13 @@ def parse_args(argv):
         p.error("TeraIO modes need --budget (gpu_budget = budget - reserve) or --teraio-budget")
     if args.allocator == "paged" and (args.flush_sizes or args.alloc_conf):
         p.error("--flush-sizes and --alloc-conf are about PyTorch's caching allocator; --allocator paged replaces it")
+    if args.paged_page is not None:
+        if args.allocator != "paged":
+            p.error("--paged-page is for --allocator paged")
+        try:
+            parse_size(args.paged_page)
+        except ValueError as error:
+            p.error(str(error))
     return args
 
 
@@ -857,8 +867,9 @@ def run_mode(args, mode):
     if device.type == "cuda":
         if args.allocator == "paged":
             import teraio.paged
-            teraio.paged.install(device.index)  # before CUDA starts: PyTorch swaps allocators only then
-        result["allocator"] = ("teraio.paged" if args.allocator == "paged" else
+            teraio.paged.install(device.index, args.paged_page)  # before CUDA starts: swapped only then
+        result["allocator"] = (f"teraio.paged (pages of {args.paged_page or 'the device granularity'})"
+                               if args.allocator == "paged" else
                                f"caching ({os.environ.get('PYTORCH_CUDA_ALLOC_CONF') or 'default settings'})")
         torch.cuda.set_device(device)
     started = time.perf_counter()

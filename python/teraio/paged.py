@@ -23,13 +23,19 @@ import torch
 from . import _native
 
 
-def install(device=0):
+def install(device=0, page_bytes=None):
     """Makes the paged allocator PyTorch's CUDA allocator for `device` (one device per process).
+
+    `page_bytes` (an int or a string such as "32MiB"; default the device's granularity, 2 MiB on
+    an H100) is the physical page: larger pages cost the same per driver call, so a block maps
+    and unmaps in fewer calls, but every block is rounded up to whole pages and every small-size
+    class takes a page of its own. It must be a power of two and a multiple of the granularity.
 
     Raises teraio.Error once PyTorch's CUDA allocator has served a tensor, and where TeraIO's
     binding or PyTorch has no CUDA."""
     index = torch.device("cuda", device).index if isinstance(device, int) else torch.device(device).index
-    _native.use_paged_allocator(0 if index is None else index)
+    page = 0 if page_bytes is None else _native.parse_bytes(page_bytes)
+    _native.use_paged_allocator(0 if index is None else index, page)
 
 
 def installed():

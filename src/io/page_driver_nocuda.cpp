@@ -4,7 +4,7 @@
 
 namespace teraio::io {
 
-std::unique_ptr<PageDriver> make_cuda_page_driver(int /*device*/) {
+std::unique_ptr<PageDriver> make_cuda_page_driver(int /*device*/, std::uint64_t /*page_bytes*/) {
   throw Error(ErrorKind::kUnsupported, "the paged allocator needs CUDA, and this build of TeraIO has none");
 }
 

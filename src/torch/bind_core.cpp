@@ -62,7 +62,7 @@ void bind_core(py::module_& m) {
       [](const at::Tensor& tensor) { return tensor.storage().data_ptr().get_deleter() != nullptr; },
       py::arg("tensor"));
 
-  m.def("use_paged_allocator", &install_paged_allocator, py::arg("device"),
+  m.def("use_paged_allocator", &install_paged_allocator, py::arg("device"), py::arg("page_bytes") = 0,
         "Installs TeraIO's paged device memory as PyTorch's CUDA allocator (before any CUDA work).");
   m.def("paged_allocator_stats", []() -> py::object {
     const std::optional<io::PagedMemoryStats> stats = paged_allocator_stats();

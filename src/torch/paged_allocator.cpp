@@ -67,12 +67,12 @@ void give_back(PagedAllocator& state, void* address) noexcept {
 
 }  // namespace
 
-void install_paged_allocator(int device) {
+void install_paged_allocator(int device, std::uint64_t page_bytes) {
   if (paged_allocator_installed())
     throw Error(ErrorKind::kInvalidArgument, "TeraIO's paged allocator is already installed");
   auto state = std::make_unique<PagedAllocator>();
   state->device = device;
-  state->driver = io::make_cuda_page_driver(device);
+  state->driver = io::make_cuda_page_driver(device, page_bytes);
   state->memory = std::make_unique<io::PagedDeviceMemory>(*state->driver);
   PagedAllocator* raw = state.get();
   auto allocator = pluggable::createCustomAllocator(
@@ -101,7 +101,7 @@ void install_paged_allocator(int device) {
   installed.store(state.release());
 }
 #else
-void install_paged_allocator(int /*device*/) {
+void install_paged_allocator(int /*device*/, std::uint64_t /*page_bytes*/) {
   throw Error(ErrorKind::kUnsupported,
               "the paged allocator needs a CUDA build of PyTorch and of TeraIO's binding");
 }

@@ -10,7 +10,8 @@
 namespace teraio::torch_binding {
 
 // Throws Error(kUnsupported) off CUDA, kInvalidArgument once PyTorch's allocator has started.
-void install_paged_allocator(int device);
+// page_bytes 0: the device's granularity.
+void install_paged_allocator(int device, std::uint64_t page_bytes);
 bool paged_allocator_installed();
 std::optional<io::PagedMemoryStats> paged_allocator_stats();
 

@@ -15,11 +15,12 @@ constexpr std::uint64_t kPage = std::uint64_t{2} << 20;
 
 class FakePageDriver final : public PageDriver {
  public:
-  explicit FakePageDriver(std::uint64_t device_pages) : device_pages_(device_pages) {}
+  explicit FakePageDriver(std::uint64_t device_pages, std::uint64_t page = kPage)
+      : device_pages_(device_pages), page_(page) {}
   ~FakePageDriver() override { EXPECT_EQ(live_marks_, 0) << "events not given back"; }
 
-  std::uint64_t page_bytes() const override { return kPage; }
-  std::uint64_t device_bytes() const override { return device_pages_ * kPage; }
+  std::uint64_t page_bytes() const override { return page_; }
+  std::uint64_t device_bytes() const override { return device_pages_ * page_; }
   std::optional<PageHandle> create_page() override {
     if (pages_.size() >= device_pages_) return std::nullopt;
     pages_.insert(++last_page_);
@@ -30,13 +31,13 @@ class FakePageDriver final : public PageDriver {
   }
   DeviceAddress reserve(std::uint64_t bytes) override {
     const DeviceAddress address = next_address_;
-    next_address_ += bytes + kPage;  // a gap, so that neighbours never look contiguous
+    next_address_ += bytes + page_;  // a gap, so that neighbours never look contiguous
     reserved_[address] = bytes;
     return address;
   }
   void unreserve(DeviceAddress address, std::uint64_t bytes) override {
     EXPECT_EQ(reserved_[address], bytes);
-    for (DeviceAddress at = address; at < address + bytes; at += kPage)
+    for (DeviceAddress at = address; at < address + bytes; at += page_)
       EXPECT_FALSE(mapped_.contains(at)) << "address range freed while mapped";
     reserved_.erase(address);
   }
@@ -51,7 +52,7 @@ class FakePageDriver final : public PageDriver {
     EXPECT_EQ(mapped_.erase(address), 1U) << "unmapped twice";
   }
   void allow_access(DeviceAddress address, std::uint64_t bytes) override {
-    for (DeviceAddress at = address; at < address + bytes; at += kPage)
+    for (DeviceAddress at = address; at < address + bytes; at += page_)
       EXPECT_TRUE(mapped_.contains(at)) << "access set on an unmapped page";
   }
   StreamMark mark(StreamHandle stream) override {
@@ -96,6 +97,7 @@ class FakePageDriver final : public PageDriver {
   }
 
   std::uint64_t device_pages_;
+  std::uint64_t page_;
   PageHandle last_page_ = 0;
   std::set<PageHandle> pages_;
   DeviceAddress next_address_ = DeviceAddress{1} << 40;
@@ -462,6 +464,20 @@ TEST(PagedDeviceMemory, AnUnmapThatFailsWhileEmptyingNeverHandsOutAnUnmappedAddr
   EXPECT_EQ(driver.mappings(), 0U);
   EXPECT_EQ(driver.pages_alive(), 0U);
   EXPECT_EQ(memory.stats().held_bytes, 0U);
+}
+
+TEST(PagedDeviceMemory, LargerPagesRoundBlocksUpAndMakeLargerSlabs) {
+  constexpr std::uint64_t kLarge = std::uint64_t{32} << 20;
+  FakePageDriver driver(8, kLarge);
+  PagedDeviceMemory memory(driver);
+  void* block = memory.allocate(40 << 20, kCompute);
+  EXPECT_EQ(memory.stats().in_use_bytes, 2 * kLarge);
+  EXPECT_EQ(memory.stats().pages_mapped, 2U);
+  void* small = memory.allocate(100, kCompute);
+  EXPECT_EQ(memory.stats().held_bytes, 3 * kLarge);
+  EXPECT_EQ(memory.stats().in_use_bytes, 2 * kLarge + 512);
+  memory.free(small);
+  memory.free(block);
 }
 
 TEST(PagedDeviceMemory, PagesSmallerThanTheSmallestSlabAreRefused) {

@@ -42,7 +42,7 @@ def run_fresh(code: str, *args: str) -> dict:
 def test_without_cuda_installing_says_why():
     assert teraio.paged.stats() is None and not teraio.paged.installed()
     with pytest.raises(teraio.Error) as refused:
-        teraio.paged.install()
+        teraio.paged.install(page_bytes="32MiB")
     assert refused.value.kind == "unsupported"
     assert "needs a CUDA build" in str(refused.value)
 
@@ -150,3 +150,7 @@ def test_the_bench_refuses_caching_allocator_options_with_the_paged_one(tmp_path
                           timeout=120)
     assert done.returncode == 2
     assert "--allocator paged replaces it" in done.stderr
+    done = subprocess.run([sys.executable, str(script), "--workload", "tiny", "--modes", "ideal", "--paged-page", "32MiB",
+                           "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2
+    assert "--paged-page is for --allocator paged" in done.stderr

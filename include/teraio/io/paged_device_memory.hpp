@@ -180,8 +180,9 @@ class PagedDeviceMemory {
 };
 
 // CUDA's virtual memory management on `device` (driver entry points found through the runtime,
-// so nothing links libcuda). Throws Error(kUnsupported) where the build has no CUDA or the
+// so nothing links libcuda), with pages of `page_bytes` (0: the device's granularity, 2 MiB on
+// the H100; else a multiple of it). Throws Error(kUnsupported) where the build has no CUDA or the
 // driver lacks the calls.
-std::unique_ptr<PageDriver> make_cuda_page_driver(int device);
+std::unique_ptr<PageDriver> make_cuda_page_driver(int device, std::uint64_t page_bytes = 0);
 
 }  // namespace teraio::io
