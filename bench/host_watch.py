@@ -19,7 +19,7 @@ import torch
 ALLOCATOR_COUNTERS = {"num_alloc_retries": "alloc_retries", "num_device_alloc": "device_allocs",
                       "num_device_free": "device_frees", "num_sync_all_streams": "allocator_syncs"}
 # teraio.paged's counters, where the paged allocator replaces the caching one (prefixed "paged_").
-PAGED_COUNTERS = ("allocations", "reused", "split_blocks", "joined_blocks", "mapped_blocks", "pages_mapped", "pages_unmapped", "taken_blocks",
+PAGED_COUNTERS = ("allocations", "reused", "split_blocks", "joined_blocks", "grown_blocks", "mapped_blocks", "pages_mapped", "pages_unmapped", "taken_blocks",
                   "device_waits", "map_s", "unmap_s")
 
 
@@ -77,7 +77,8 @@ def describe(summary):
                      f"{summary['fetch_flush_s']:.3f} s)")
     if summary.get("paged_allocations") is not None:
         line += (f"; paged allocator {summary['paged_reused']:g} blocks reused in place ({summary['paged_split_blocks']:g} "
-                 f"split, {summary['paged_joined_blocks']:g} joined), {summary['paged_mapped_blocks']:g} "
+                 f"split, {summary['paged_joined_blocks']:g} joined), {summary['paged_grown_blocks']:g} grown in place, "
+                 f"{summary['paged_mapped_blocks']:g} "
                  f"mapped ({summary['paged_pages_mapped']:g} pages, {summary['paged_pages_unmapped']:g} unmapped), "
                  f"{summary['paged_taken_blocks']:g} freed blocks' pages taken, {summary['paged_device_waits']:g} "
                  f"device-side waits, {summary['paged_map_s']:.3f} s mapping and {summary['paged_unmap_s']:.3f} s "

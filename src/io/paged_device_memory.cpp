@@ -126,7 +126,10 @@ void* PagedDeviceMemory::allocate_pages(std::uint64_t pages, StreamHandle stream
 std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::take_block(std::uint64_t pages,
                                                                         StreamHandle stream) {
   Block* fits = best_cached(pages, stream);
-  if (fits == nullptr) return map_new(pages, stream);
+  if (fits == nullptr) {
+    if (std::unique_ptr<Block> block = grown(pages, stream)) return block;
+    return map_new(pages, stream);
+  }
   std::unique_ptr<Block> block = detach(fits);
   if (block->pages.size() > pages) {
     cache(cut_tail(*block, pages));
@@ -138,37 +141,103 @@ std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::take_block(std::uin
   return block;
 }
 
-std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::map_new(std::uint64_t pages,
-                                                                     StreamHandle stream) {
-  std::vector<FreePage> got = gather(pages, stream);
-  auto block = std::make_unique<Block>();
-  block->stream = stream;
+void PagedDeviceMemory::map_into(Range& range, DeviceAddress at, std::vector<FreePage>& got) {
   std::uint64_t mapped = 0;
   try {
     const Stopwatch timed(stats_.map_s);
-    block->address = driver_.reserve(pages * page_);
-    block->range = std::make_shared<Range>(Range{block->address, pages, 0});
-    for (; mapped < pages; ++mapped) {
-      driver_.map(block->address + mapped * page_, got[mapped].page);
-      ++block->range->mapped;
+    for (; mapped < got.size(); ++mapped) {
+      const DeviceAddress address = at + mapped * page_;
+      driver_.map(address, got[mapped].page);
+      range.slot_mapped[range.slot(address, page_)] = true;
+      ++range.mapped;
     }
-    driver_.allow_access(block->address, pages * page_);
+    driver_.allow_access(at, got.size() * page_);
   } catch (...) {
-    // The pages go back free (with the marks they came with), what was mapped is unmapped, and
-    // the range is given up: the allocator stays as it was before the request.
+    // The pages go back free (with the marks they came with) and what was mapped is unmapped:
+    // the allocator stays as it was before the request.
     try {
-      for (std::uint64_t i = 0; i < mapped; ++i) driver_.unmap(block->address + i * page_);
-      if (block->range) driver_.unreserve(block->address, pages * page_);
+      for (; mapped > 0; --mapped) {
+        const DeviceAddress address = at + (mapped - 1) * page_;
+        driver_.unmap(address);
+        range.slot_mapped[range.slot(address, page_)] = false;
+        --range.mapped;
+      }
     } catch (const std::exception& e) {
       log::warn("paged device memory: undoing a failed mapping failed too: ", e.what());
     }
     for (FreePage& page : got) free_pages_.push_back(std::move(page));
     throw;
   }
+  stats_.pages_mapped += got.size();
+}
+
+std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::map_new(std::uint64_t pages,
+                                                                     StreamHandle stream) {
+  std::vector<FreePage> got = gather(pages, stream);
+  auto block = std::make_unique<Block>();
+  block->stream = stream;
+  try {
+    block->address = driver_.reserve(2 * pages * page_);
+  } catch (...) {
+    for (FreePage& page : got) free_pages_.push_back(std::move(page));
+    throw;
+  }
+  block->range = std::make_shared<Range>(Range{block->address, 2 * pages, 0, std::vector<bool>(2 * pages)});
+  try {
+    map_into(*block->range, block->address, got);
+  } catch (...) {
+    driver_.unreserve(block->address, 2 * pages * page_);
+    throw;
+  }
   block->pages.reserve(pages);
   for (const FreePage& page : got) block->pages.push_back(page.page);
-  stats_.pages_mapped += pages;
   ++stats_.mapped_blocks;
+  return block;
+}
+
+bool PagedDeviceMemory::room_after(const Block& block, std::uint64_t pages) const {
+  const Range& range = *block.range;
+  const std::uint64_t first = range.slot(block.end(page_), page_);
+  if (first + pages > range.pages) return false;
+  for (std::uint64_t slot = first; slot < first + pages; ++slot)
+    if (range.slot_mapped[slot]) return false;
+  return true;
+}
+
+std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::grown(std::uint64_t pages, StreamHandle stream) {
+  // Only the shortfall is mapped: the largest freed block of the stream that has unmapped room
+  // after it in its range grows into it, instead of all its pages being mapped again elsewhere.
+  const auto on_stream = cached_.find(stream);
+  if (on_stream == cached_.end()) return nullptr;
+  Block* base = nullptr;
+  for (auto candidate = std::make_reverse_iterator(on_stream->second.lower_bound(pages));
+       candidate != on_stream->second.rend(); ++candidate) {
+    if (ready_for(*candidate->second->marks, stream) &&
+        room_after(*candidate->second, pages - candidate->first)) {
+      base = candidate->second;
+      break;
+    }
+  }
+  if (base == nullptr) return nullptr;
+  std::unique_ptr<Block> block = detach(base);
+  std::vector<FreePage> got;
+  try {
+    got = gather(pages - block->pages.size(), stream);
+  } catch (const Error& e) {
+    cache(std::move(block));
+    if (e.kind() == ErrorKind::kOutOfMemory) return nullptr;  // map_new says it, with this block's pages
+    throw;
+  }
+  try {
+    map_into(*block->range, block->end(page_), got);
+  } catch (...) {
+    cache(std::move(block));
+    throw;
+  }
+  for (const FreePage& page : got) block->pages.push_back(page.page);
+  block->marks.reset();
+  block->used_on.clear();
+  ++stats_.grown_blocks;
   return block;
 }
 
@@ -363,6 +432,7 @@ void PagedDeviceMemory::unmap(Range& range, DeviceAddress& address, std::uint64_
   const Stopwatch timed(stats_.unmap_s);
   for (; pages > 0; --pages, address += page_) {
     driver_.unmap(address);
+    range.slot_mapped[range.slot(address, page_)] = false;
     ++stats_.pages_unmapped;
     if (--range.mapped == 0) driver_.unreserve(range.address, range.pages * page_);
   }

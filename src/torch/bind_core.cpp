@@ -79,6 +79,7 @@ void bind_core(py::module_& m) {
     out["reused"] = stats->reused;
     out["split_blocks"] = stats->split_blocks;
     out["joined_blocks"] = stats->joined_blocks;
+    out["grown_blocks"] = stats->grown_blocks;
     out["recorded_uses"] = stats->recorded_uses;
     out["mapped_blocks"] = stats->mapped_blocks;
     out["taken_blocks"] = stats->taken_blocks;

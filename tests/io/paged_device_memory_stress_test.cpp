@@ -199,10 +199,11 @@ std::vector<PageBytes> bytes_of(const QueuedDeviceDriver& driver, DeviceAddress 
   return out;
 }
 
-void run(unsigned seed, std::uint64_t device_pages, long calls) {
+PagedMemoryStats run(unsigned seed, std::uint64_t device_pages, long calls) {
   std::mt19937 random(seed);
   QueuedDevice device;
   QueuedDeviceDriver driver(device, device_pages);
+  PagedMemoryStats seen;
   {
     PagedDeviceMemory memory(driver);
     std::map<DeviceAddress, Held> held;
@@ -273,6 +274,7 @@ void run(unsigned seed, std::uint64_t device_pages, long calls) {
     }
     for (const auto& [address, block] : held) memory.free(reinterpret_cast<void*>(address));
     device.run_all();
+    seen = memory.stats();
   }
   for (const std::string& violation : device.violations)
     ADD_FAILURE() << "seed " << seed << ": " << violation;
@@ -280,10 +282,27 @@ void run(unsigned seed, std::uint64_t device_pages, long calls) {
       << driver.reserved.size() << " ranges, " << driver.mapped.size() << " mappings and "
       << driver.pages.size() << " pages left after closing";
   EXPECT_EQ(driver.live_marks, 0) << "events not given back";
+  return seen;
 }
 
 TEST(PagedDeviceMemoryStress, RandomUseOnThreeStreamsNeverTouchesBytesUnderUnorderedQueuedWork) {
-  for (unsigned seed = 1; seed <= 4; ++seed) run(seed, 8 + 5 * seed, 40000);
+  PagedMemoryStats total;
+  for (unsigned seed = 1; seed <= 4; ++seed) {
+    const PagedMemoryStats stats = run(seed, 8 + 5 * seed, 40000);
+    total.split_blocks += stats.split_blocks;
+    total.joined_blocks += stats.joined_blocks;
+    total.grown_blocks += stats.grown_blocks;
+    total.taken_blocks += stats.taken_blocks;
+    total.device_waits += stats.device_waits;
+    total.out_of_memory += stats.out_of_memory;
+  }
+  // Every path ran: a run that never took pages or waited would check nothing.
+  EXPECT_GT(total.split_blocks, 0U);
+  EXPECT_GT(total.joined_blocks, 0U);
+  EXPECT_GT(total.grown_blocks, 0U);
+  EXPECT_GT(total.taken_blocks, 0U);
+  EXPECT_GT(total.device_waits, 0U);
+  EXPECT_GT(total.out_of_memory, 0U);
 }
 
 }  // namespace

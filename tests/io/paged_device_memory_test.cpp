@@ -220,6 +220,25 @@ TEST(PagedDeviceMemory, AFreedBlockServesAShorterRequestInPlaceAndKeepsTheRest) 
   memory.free(rest);
 }
 
+TEST(PagedDeviceMemory, AFreedBlockGrowsIntoTheFreeEndOfItsRangeMappingOnlyTheShortfall) {
+  FakePageDriver driver(16);
+  PagedDeviceMemory memory(driver);
+  void* first = memory.allocate(3 * kPage, kCompute);  // its range has room for 6 pages
+  memory.free(first);
+  void* longer = memory.allocate(5 * kPage, kCompute);
+  EXPECT_EQ(longer, first);
+  PagedMemoryStats stats = memory.stats();
+  EXPECT_EQ(stats.grown_blocks, 1U);
+  EXPECT_EQ(stats.pages_mapped, 5U) << "3 pages kept in place, 2 mapped after them";
+  memory.free(longer);
+  void* too_long = memory.allocate(8 * kPage, kCompute);  // no room for 3 more after 5 of 6
+  EXPECT_NE(too_long, first);
+  stats = memory.stats();
+  EXPECT_EQ(stats.grown_blocks, 1U);
+  EXPECT_EQ(stats.pages_mapped, 13U);
+  memory.free(too_long);
+}
+
 TEST(PagedDeviceMemory, FreedNeighboursJoinToServeARequestAsLongAsBoth) {
   FakePageDriver driver(5);
   PagedDeviceMemory memory(driver);

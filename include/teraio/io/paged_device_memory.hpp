@@ -6,7 +6,8 @@
 // any free pages serve any request. Like the caching allocator, a request is served in place by
 // the smallest freed block of its stream that holds it (the rest stays freed), and freed
 // neighbours are joined. A request that no freed block holds takes pages from the ends of freed
-// blocks and maps them at a new address: stream order makes that safe without a wait on the
+// blocks and maps them after the largest freed block of its stream that has room after it in its
+// address range (or at a new address): stream order makes that safe without a wait on the
 // block's own stream, a device-side wait on an event covers other streams. Nothing waits on the
 // host, and only the pages taken are unmapped, once the device has run past their last use.
 #pragma once
@@ -63,6 +64,7 @@ struct PagedMemoryStats {
   std::uint64_t reused = 0;             // served in place by a freed block of its stream
   std::uint64_t split_blocks = 0;       // freed blocks cut in two: one part used, the rest kept
   std::uint64_t joined_blocks = 0;      // freed blocks joined with a freed neighbour
+  std::uint64_t grown_blocks = 0;       // freed blocks grown in place into their range's free end
   std::uint64_t recorded_uses = 0;      // record_use calls that added a stream
   std::uint64_t mapped_blocks = 0;      // blocks mapped at a new address
   std::uint64_t taken_blocks = 0;       // freed blocks whose pages a new block took
@@ -107,11 +109,14 @@ class PagedDeviceMemory {
  private:
   struct Marks;
   using SharedMarks = std::shared_ptr<Marks>;
-  // One reserved address range; unreserved once none of its pages is mapped.
+  // One reserved address range, twice as long as its first block so that a freed block at its
+  // end can grow in place; unreserved once none of its pages is mapped.
   struct Range {
     DeviceAddress address = 0;
-    std::uint64_t pages = 0;
-    std::uint64_t mapped = 0;
+    std::uint64_t pages = 0;   // reserved
+    std::uint64_t mapped = 0;  // of them mapped now
+    std::vector<bool> slot_mapped;
+    std::uint64_t slot(DeviceAddress at, std::uint64_t page) const { return (at - address) / page; }
   };
   struct Block {
     std::shared_ptr<Range> range;
@@ -146,6 +151,9 @@ class PagedDeviceMemory {
   void* allocate_pages(std::uint64_t pages, StreamHandle stream);
   std::unique_ptr<Block> take_block(std::uint64_t pages, StreamHandle stream);
   std::unique_ptr<Block> map_new(std::uint64_t pages, StreamHandle stream);
+  std::unique_ptr<Block> grown(std::uint64_t pages, StreamHandle stream);
+  bool room_after(const Block& block, std::uint64_t pages) const;
+  void map_into(Range& range, DeviceAddress at, std::vector<FreePage>& got);
   Block* best_cached(std::uint64_t pages, StreamHandle stream);
   std::unique_ptr<Block> detach(Block* block);
   void cache(std::unique_ptr<Block> block);
