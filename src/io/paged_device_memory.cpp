@@ -141,29 +141,32 @@ std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::take_block(std::uin
   return block;
 }
 
-void PagedDeviceMemory::map_into(Range& range, DeviceAddress at, std::vector<FreePage>& got) {
+void PagedDeviceMemory::map_into(const std::shared_ptr<Range>& range, DeviceAddress at,
+                                 std::vector<FreePage>& got) {
   std::uint64_t mapped = 0;
   try {
     const Stopwatch timed(stats_.map_s);
     for (; mapped < got.size(); ++mapped) {
       const DeviceAddress address = at + mapped * page_;
       driver_.map(address, got[mapped].page);
-      range.slot_mapped[range.slot(address, page_)] = true;
-      ++range.mapped;
+      range->slot_mapped[range->slot(address, page_)] = true;
+      ++range->mapped;
     }
     driver_.allow_access(at, got.size() * page_);
   } catch (...) {
     // The pages go back free (with the marks they came with) and what was mapped is unmapped:
-    // the allocator stays as it was before the request.
+    // the allocator stays as it was before the request. Pages an undo could not unmap stay
+    // retired, for a later call to unmap; free pages may be mapped at retired addresses.
     try {
       for (; mapped > 0; --mapped) {
         const DeviceAddress address = at + (mapped - 1) * page_;
         driver_.unmap(address);
-        range.slot_mapped[range.slot(address, page_)] = false;
-        --range.mapped;
+        range->slot_mapped[range->slot(address, page_)] = false;
+        --range->mapped;
       }
     } catch (const std::exception& e) {
       log::warn("paged device memory: undoing a failed mapping failed too: ", e.what());
+      retired_.push_back(Retired{range, at, mapped, nullptr});
     }
     for (FreePage& page : got) free_pages_.push_back(std::move(page));
     throw;
@@ -184,9 +187,12 @@ std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::map_new(std::uint64
   }
   block->range = std::make_shared<Range>(Range{block->address, 2 * pages, 0, std::vector<bool>(2 * pages)});
   try {
-    map_into(*block->range, block->address, got);
+    map_into(block->range, block->address, got);
   } catch (...) {
-    driver_.unreserve(block->address, 2 * pages * page_);
+    if (block->range->mapped == 0) {
+      block->range->unreserved = true;
+      driver_.unreserve(block->address, 2 * pages * page_);
+    }
     throw;
   }
   block->pages.reserve(pages);
@@ -220,21 +226,16 @@ std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::grown(std::uint64_t
   }
   if (base == nullptr) return nullptr;
   std::unique_ptr<Block> block = detach(base);
-  std::vector<FreePage> got;
   try {
-    got = gather(pages - block->pages.size(), stream);
-  } catch (const Error& e) {
-    cache(std::move(block));
-    if (e.kind() == ErrorKind::kOutOfMemory) return nullptr;  // map_new says it, with this block's pages
-    throw;
-  }
-  try {
-    map_into(*block->range, block->end(page_), got);
+    block->pages.reserve(pages);  // so that nothing can throw once the pages are mapped
+    // Out of memory here is out of memory for map_new too: the same pages are within reach.
+    std::vector<FreePage> got = gather(pages - block->pages.size(), stream);
+    map_into(block->range, block->end(page_), got);
+    for (const FreePage& page : got) block->pages.push_back(page.page);
   } catch (...) {
     cache(std::move(block));
     throw;
   }
-  for (const FreePage& page : got) block->pages.push_back(page.page);
   block->marks.reset();
   block->used_on.clear();
   ++stats_.grown_blocks;
@@ -352,6 +353,17 @@ std::vector<PagedDeviceMemory::FreePage> PagedDeviceMemory::gather(std::uint64_t
                     format_bytes(stats_.in_use_bytes), " in use, ", format_bytes(pages_held_ * page_),
                     " held, cap ", format_bytes(cap_pages_ * page_), ", the device refused more pages)"));
   }
+  try {
+    take_from_freed(pages, stream, got);
+  } catch (...) {
+    for (FreePage& page : got) free_pages_.push_back(std::move(page));
+    throw;
+  }
+  return got;
+}
+
+void PagedDeviceMemory::take_from_freed(std::uint64_t pages, StreamHandle stream,
+                                        std::vector<FreePage>& got) {
   // Freed blocks give pages from their ends: this stream's first (stream order covers them), then
   // the others'. Within a stream the smallest block that covers the rest, else the largest.
   std::vector<StreamHandle> order{stream};
@@ -382,7 +394,6 @@ std::vector<PagedDeviceMemory::FreePage> PagedDeviceMemory::gather(std::uint64_t
       waited = page.marks.get();
     }
   }
-  return got;
 }
 
 void PagedDeviceMemory::retire(std::unique_ptr<Block> block, std::vector<FreePage>& got) {
@@ -428,13 +439,17 @@ bool PagedDeviceMemory::all_passed(Marks& marks) {
 
 void PagedDeviceMemory::unmap(Range& range, DeviceAddress& address, std::uint64_t& pages) {
   // Progress is recorded page by page, so that a driver call failing part-way is not repeated
-  // on pages already unmapped.
+  // on pages already unmapped; a range whose unreserve failed is unreserved by a later call.
   const Stopwatch timed(stats_.unmap_s);
   for (; pages > 0; --pages, address += page_) {
     driver_.unmap(address);
     range.slot_mapped[range.slot(address, page_)] = false;
+    --range.mapped;
     ++stats_.pages_unmapped;
-    if (--range.mapped == 0) driver_.unreserve(range.address, range.pages * page_);
+  }
+  if (range.mapped == 0 && !range.unreserved) {
+    driver_.unreserve(range.address, range.pages * page_);
+    range.unreserved = true;
   }
 }
 

@@ -36,6 +36,7 @@ class FakePageDriver final : public PageDriver {
     return address;
   }
   void unreserve(DeviceAddress address, std::uint64_t bytes) override {
+    fail_if(fail_unreserve_in);
     EXPECT_EQ(reserved_[address], bytes);
     for (DeviceAddress at = address; at < address + bytes; at += page_)
       EXPECT_FALSE(mapped_.contains(at)) << "address range freed while mapped";
@@ -90,6 +91,7 @@ class FakePageDriver final : public PageDriver {
   int fail_map_in = 0;
   int fail_unmap_in = 0;
   int fail_mark_in = 0;
+  int fail_unreserve_in = 0;
 
  private:
   static void fail_if(int& countdown) {
@@ -237,6 +239,27 @@ TEST(PagedDeviceMemory, AFreedBlockGrowsIntoTheFreeEndOfItsRangeMappingOnlyTheSh
   EXPECT_EQ(stats.grown_blocks, 1U);
   EXPECT_EQ(stats.pages_mapped, 13U);
   memory.free(too_long);
+}
+
+TEST(PagedDeviceMemory, AFreedBlockDoesNotGrowOverAHoleIntoAMappedPage) {
+  FakePageDriver driver(6);
+  PagedDeviceMemory memory(driver);
+  void* first = memory.allocate(3 * kPage, kCompute);  // a range of 6 slots
+  memory.free(first);
+  memory.free(memory.allocate(5 * kPage, kCompute));  // grown to slots 0-4
+  void* slot0 = memory.allocate(kPage, kCompute);
+  void* slot1 = memory.allocate(kPage, kCompute);
+  void* slots2to4 = memory.allocate(3 * kPage, kCompute);
+  memory.free(slot1);
+  memory.free(memory.allocate(2 * kPage, kCopy));  // the sixth page and slot 1's: slot 1 is a hole
+  memory.free(slot0);
+  // Slot 1 is unmapped but slot 2 is not: the block at slot 0 cannot grow to 3 pages.
+  void* three = memory.allocate(3 * kPage, kCompute);
+  EXPECT_NE(three, slot0);
+  EXPECT_EQ(memory.stats().grown_blocks, 1U);
+  EXPECT_TRUE(driver.mapped_at(reinterpret_cast<DeviceAddress>(slots2to4)));
+  memory.free(three);
+  memory.free(slots2to4);
 }
 
 TEST(PagedDeviceMemory, FreedNeighboursJoinToServeARequestAsLongAsBoth) {
@@ -497,6 +520,30 @@ TEST(PagedDeviceMemory, LargerPagesRoundBlocksUpAndMakeLargerSlabs) {
   EXPECT_EQ(memory.stats().in_use_bytes, 2 * kLarge + 512);
   memory.free(small);
   memory.free(block);
+}
+
+TEST(PagedDeviceMemory, AnUnreserveThatFailsIsTriedAgainWithoutUnmappingTwice) {
+  FakePageDriver driver(8);
+  PagedDeviceMemory memory(driver);
+  memory.free(memory.allocate(2 * kPage, kCompute));
+  driver.fail_unreserve_in = 1;
+  EXPECT_THROW(memory.empty_cache(), Error);
+  void* next = memory.allocate(2 * kPage, kCompute);  // unmaps nothing twice, gives the range up
+  EXPECT_TRUE(driver.mapped_at(reinterpret_cast<DeviceAddress>(next)));
+  memory.free(next);
+  memory.empty_cache();
+  EXPECT_EQ(driver.mappings(), 0U);
+  EXPECT_EQ(driver.pages_alive(), 0U);
+}
+
+TEST(PagedDeviceMemory, ARequestThatCannotGrowOrBeMappedCountsOneRefusal) {
+  FakePageDriver driver(4);
+  PagedDeviceMemory memory(driver);
+  void* kept = memory.allocate(2 * kPage, kCompute);
+  memory.free(memory.allocate(2 * kPage, kCompute));
+  EXPECT_THROW(memory.allocate(3 * kPage, kCompute), Error);
+  EXPECT_EQ(memory.stats().out_of_memory, 1U);
+  memory.free(kept);
 }
 
 TEST(PagedDeviceMemory, PagesSmallerThanTheSmallestSlabAreRefused) {

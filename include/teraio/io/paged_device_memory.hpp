@@ -116,6 +116,7 @@ class PagedDeviceMemory {
     std::uint64_t pages = 0;   // reserved
     std::uint64_t mapped = 0;  // of them mapped now
     std::vector<bool> slot_mapped;
+    bool unreserved = false;
     std::uint64_t slot(DeviceAddress at, std::uint64_t page) const { return (at - address) / page; }
   };
   struct Block {
@@ -153,12 +154,13 @@ class PagedDeviceMemory {
   std::unique_ptr<Block> map_new(std::uint64_t pages, StreamHandle stream);
   std::unique_ptr<Block> grown(std::uint64_t pages, StreamHandle stream);
   bool room_after(const Block& block, std::uint64_t pages) const;
-  void map_into(Range& range, DeviceAddress at, std::vector<FreePage>& got);
+  void map_into(const std::shared_ptr<Range>& range, DeviceAddress at, std::vector<FreePage>& got);
   Block* best_cached(std::uint64_t pages, StreamHandle stream);
   std::unique_ptr<Block> detach(Block* block);
   void cache(std::unique_ptr<Block> block);
   std::unique_ptr<Block> cut_tail(Block& block, std::uint64_t keep);
   std::vector<FreePage> gather(std::uint64_t pages, StreamHandle stream);
+  void take_from_freed(std::uint64_t pages, StreamHandle stream, std::vector<FreePage>& got);
   std::uint64_t cached_pages() const;
   void retire(std::unique_ptr<Block> block, std::vector<FreePage>& got);
   bool ready_for(const Marks& marks, StreamHandle stream);
