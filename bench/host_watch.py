@@ -19,8 +19,8 @@ import torch
 ALLOCATOR_COUNTERS = {"num_alloc_retries": "alloc_retries", "num_device_alloc": "device_allocs",
                       "num_device_free": "device_frees", "num_sync_all_streams": "allocator_syncs"}
 # teraio.paged's counters, where the paged allocator replaces the caching one (prefixed "paged_").
-PAGED_COUNTERS = ("allocations", "reused", "split_blocks", "joined_blocks", "grown_blocks", "mapped_blocks", "pages_mapped", "pages_unmapped", "taken_blocks",
-                  "device_waits", "map_s", "unmap_s")
+PAGED_COUNTERS = ("allocations", "reused", "split_blocks", "joined_blocks", "grown_blocks", "mapped_blocks",
+                  "pages_mapped", "pages_unmapped", "taken_blocks", "device_waits", "map_s", "unmap_s")
 
 
 class HostWatch:
@@ -76,11 +76,15 @@ def describe(summary):
             line += (f" ({summary['fetch_flushes']:g} of the retries inside TeraIO's fetch allocations, "
                      f"{summary['fetch_flush_s']:.3f} s)")
     if summary.get("paged_allocations") is not None:
-        line += (f"; paged allocator {summary['paged_reused']:g} blocks reused in place ({summary['paged_split_blocks']:g} "
-                 f"split, {summary['paged_joined_blocks']:g} joined), {summary['paged_grown_blocks']:g} grown in place, "
-                 f"{summary['paged_mapped_blocks']:g} "
-                 f"mapped ({summary['paged_pages_mapped']:g} pages, {summary['paged_pages_unmapped']:g} unmapped), "
-                 f"{summary['paged_taken_blocks']:g} freed blocks' pages taken, {summary['paged_device_waits']:g} "
-                 f"device-side waits, {summary['paged_map_s']:.3f} s mapping and {summary['paged_unmap_s']:.3f} s "
-                 "unmapping")
+        line += "; " + describe_paged(summary)
     return line + " per measured step (median)"
+
+
+def describe_paged(counts):
+    """teraio.paged's counters of one step, or of a summary's medians, in words."""
+    return (f"paged allocator {counts['paged_reused']:g} blocks reused in place ({counts['paged_split_blocks']:g} split, "
+            f"{counts['paged_joined_blocks']:g} joined), {counts['paged_grown_blocks']:g} grown in place, "
+            f"{counts['paged_mapped_blocks']:g} mapped ({counts['paged_pages_mapped']:g} pages, "
+            f"{counts['paged_pages_unmapped']:g} unmapped), {counts['paged_taken_blocks']:g} freed blocks' pages taken, "
+            f"{counts['paged_device_waits']:g} device-side waits, {counts['paged_map_s']:.3f} s mapping and "
+            f"{counts['paged_unmap_s']:.3f} s unmapping")

@@ -793,12 +793,7 @@ def print_step(args, mode, record, total):
             line += f" ({record['fetch_flushes']} in TeraIO's fetches, {record['fetch_flush_s']:.3f} s)"
         line += f" allocs {record['device_allocs']} frees {record['device_frees']}"
     if record.get("paged_allocations"):
-        line += (f" paged: {record['paged_reused']} reused ({record['paged_split_blocks']} split,"
-                 f" {record['paged_joined_blocks']} joined), {record['paged_grown_blocks']} grown,"
-                 f" {record['paged_mapped_blocks']} mapped"
-                 f" ({record['paged_pages_mapped']} pages), {record['paged_taken_blocks']} freed blocks' pages taken,"
-                 f" {record['paged_device_waits']} device waits, map {record['paged_map_s']:.3f} s"
-                 f" unmap {record['paged_unmap_s']:.3f} s")
+        line += " " + host_watch.describe_paged(record)
     print(line, flush=True)
 
 

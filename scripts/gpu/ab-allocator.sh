@@ -17,13 +17,11 @@ case "$side" in
   tests | exact | paged | caching) ;;
   *) echo "ab-allocator.sh: unknown side '$side' (tests, exact, paged or caching)"; exit 2 ;;
 esac
-if [ -n "${TERAIO_REBUILD:-}" ] || ! ls python/teraio/_native*.so >/dev/null 2>&1; then
-  TERAIO_GPU_PARTS=none bash scripts/gpu/run-torch.sh >"$out/build.log" 2>&1 || { tail -n 40 "$out/build.log"; exit 1; }
-fi
+# shellcheck source=scripts/gpu/native-module.sh
+. scripts/gpu/native-module.sh
+ensure_native_module "$out"
 if [ "$side" = tests ]; then
-  pypath=python
-  python3 -c "import pytest" 2>/dev/null || pypath=python:.deps/pypath
-  PYTHONPATH=$pypath python3 -m pytest -q -p no:cacheprovider tests/python/test_paged_allocator.py \
+  PYTHONPATH=$(pytest_pythonpath) python3 -m pytest -q -p no:cacheprovider tests/python/test_paged_allocator.py \
     tests/python/test_session_fetch_flushes.py 2>&1 | tee "$out/pytest-paged.log"
   exit "${PIPESTATUS[0]}"
 fi

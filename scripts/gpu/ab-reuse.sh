@@ -16,13 +16,11 @@ case "$side" in
   tests | on | off) ;;
   *) echo "ab-reuse.sh: unknown side '$side' (tests, on or off)"; exit 2 ;;
 esac
-if [ -n "${TERAIO_REBUILD:-}" ] || ! ls python/teraio/_native*.so >/dev/null 2>&1; then
-  TERAIO_GPU_PARTS=none bash scripts/gpu/run-torch.sh >"$out/build.log" 2>&1 || { tail -n 40 "$out/build.log"; exit 1; }
-fi
+# shellcheck source=scripts/gpu/native-module.sh
+. scripts/gpu/native-module.sh
+ensure_native_module "$out"
 if [ "$side" = tests ]; then
-  pypath=python
-  python3 -c "import pytest" 2>/dev/null || pypath=python:.deps/pypath
-  PYTHONPATH=$pypath python3 -m pytest -q -p no:cacheprovider tests/python/test_session_reuse_blocks.py \
+  PYTHONPATH=$(pytest_pythonpath) python3 -m pytest -q -p no:cacheprovider tests/python/test_session_reuse_blocks.py \
     tests/python/test_session_fetch_flushes.py tests/python/test_training_exact.py 2>&1 | tee "$out/pytest-reuse.log"
   exit "${PIPESTATUS[0]}"
 fi

@@ -11,9 +11,9 @@ out=${OUT:-$PWD/out}
 mkdir -p "$out/bench"
 python=$(command -v python3)
 status=0
-if [ -n "${TERAIO_REBUILD:-}" ] || ! ls python/teraio/_native*.so >/dev/null 2>&1; then
-  TERAIO_GPU_PARTS=none bash scripts/gpu/run-torch.sh >"$out/build.log" 2>&1 || { tail -n 40 "$out/build.log"; exit 1; }
-fi
+# shellcheck source=scripts/gpu/native-module.sh
+. scripts/gpu/native-module.sh
+ensure_native_module "$out"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 for job in ${TERAIO_BENCH:-"W1:24GiB:ideal,teraio-host,ckpt,save_on_cpu,fsdp2-offload"}; do
   IFS=: read -r workload budget modes extra <<<"$job"

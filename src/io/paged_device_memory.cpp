@@ -55,18 +55,14 @@ PagedDeviceMemory::PagedDeviceMemory(PageDriver& driver)
 PagedDeviceMemory::~PagedDeviceMemory() {
   try {
     unmap_retired(true);
-    for (const auto& [address, block] : freed_) {
-      DeviceAddress at = block->address;
-      std::uint64_t left = block->pages.size();
-      unmap(*block->range, at, left);
-      for (const PageHandle page : block->pages) driver_.release_page(page);
-    }
-    for (const auto& slab : slabs_) {
-      DeviceAddress at = slab->address;
-      std::uint64_t left = slab->pages.size();
-      unmap(*slab->range, at, left);
-      for (const PageHandle page : slab->pages) driver_.release_page(page);
-    }
+    auto give_up = [&](const Block& block) {
+      DeviceAddress at = block.address;
+      std::uint64_t left = block.pages.size();
+      unmap(*block.range, at, left);
+      for (const PageHandle page : block.pages) driver_.release_page(page);
+    };
+    for (const auto& [address, block] : freed_) give_up(*block);
+    for (const auto& slab : slabs_) give_up(*slab);
     for (const FreePage& free_page : free_pages_) driver_.release_page(free_page.page);
   } catch (const std::exception& e) {
     log::warn("paged device memory: cleanup failed: ", e.what());
@@ -136,7 +132,6 @@ std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::take_block(std::uin
     ++stats_.split_blocks;
   }
   block->marks.reset();
-  block->used_on.clear();
   ++stats_.reused;
   return block;
 }
@@ -237,7 +232,6 @@ std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::grown(std::uint64_t
     throw;
   }
   block->marks.reset();
-  block->used_on.clear();
   ++stats_.grown_blocks;
   return block;
 }
@@ -257,6 +251,7 @@ std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::detach(Block* block
   auto& by_size = cached_.at(block->stream);
   auto [first, last] = by_size.equal_range(block->pages.size());
   by_size.erase(std::find_if(first, last, [&](const auto& entry) { return entry.second == block; }));
+  cached_pages_ -= block->pages.size();
   auto owned = freed_.extract(block->address);
   return std::move(owned.mapped());
 }
@@ -288,6 +283,7 @@ void PagedDeviceMemory::cache(std::unique_ptr<Block> block) {
   }
   Block* raw = block.get();
   cached_[raw->stream].emplace(raw->pages.size(), raw);
+  cached_pages_ += raw->pages.size();
   freed_.emplace(raw->address, std::move(block));
 }
 
@@ -298,30 +294,24 @@ std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::cut_tail(Block& blo
   tail->pages.assign(block.pages.begin() + static_cast<std::ptrdiff_t>(keep), block.pages.end());
   block.pages.resize(keep);
   tail->stream = block.stream;
-  tail->used_on = block.used_on;
   tail->marks = block.marks;
   return tail;
 }
 
-std::uint64_t PagedDeviceMemory::cached_pages() const {
-  std::uint64_t pages = 0;
-  for (const auto& [stream, blocks] : cached_)
-    for (const auto& [size, block] : blocks) pages += size;
-  return pages;
+Error PagedDeviceMemory::no_room(std::uint64_t pages, std::string_view why) {
+  ++stats_.out_of_memory;
+  return Error(ErrorKind::kOutOfMemory,
+               cat("paged device memory: no room for ", format_bytes(pages * page_), " (",
+                   format_bytes(stats_.in_use_bytes), " in use, ", format_bytes(pages_held_ * page_),
+                   " held, cap ", format_bytes(cap_pages_ * page_), why, ")"));
 }
 
 std::vector<PagedDeviceMemory::FreePage> PagedDeviceMemory::gather(std::uint64_t pages, StreamHandle stream) {
   // A request that cannot be met is refused before any freed block is taken apart: the blocks
   // stay whole for the requests that follow (TeraIO moves tensors out and asks again).
   const std::uint64_t creatable = pages_held_ < cap_pages_ ? cap_pages_ - pages_held_ : 0;
-  const std::uint64_t cached = cached_pages();
-  if (free_pages_.size() + creatable + cached < pages) {
-    ++stats_.out_of_memory;
-    throw Error(ErrorKind::kOutOfMemory,
-                cat("paged device memory: no room for ", format_bytes(pages * page_), " (",
-                    format_bytes(stats_.in_use_bytes), " in use, ", format_bytes(pages_held_ * page_),
-                    " held, cap ", format_bytes(cap_pages_ * page_), ")"));
-  }
+  const std::uint64_t cached = cached_pages_;
+  if (free_pages_.size() + creatable + cached < pages) throw no_room(pages, "");
   std::vector<FreePage> got;
   got.reserve(pages);
   while (got.size() < pages && !free_pages_.empty()) {
@@ -347,11 +337,7 @@ std::vector<PagedDeviceMemory::FreePage> PagedDeviceMemory::gather(std::uint64_t
   device_full_ = false;
   if (refused && got.size() + cached < pages) {
     for (FreePage& page : got) free_pages_.push_back(std::move(page));
-    ++stats_.out_of_memory;
-    throw Error(ErrorKind::kOutOfMemory,
-                cat("paged device memory: no room for ", format_bytes(pages * page_), " (",
-                    format_bytes(stats_.in_use_bytes), " in use, ", format_bytes(pages_held_ * page_),
-                    " held, cap ", format_bytes(cap_pages_ * page_), ", the device refused more pages)"));
+    throw no_room(pages, ", the device refused more pages");
   }
   try {
     take_from_freed(pages, stream, got);
@@ -488,7 +474,7 @@ void PagedDeviceMemory::free(void* address) {
   SharedMarks marks = mark_streams(streams);
   std::unique_ptr<Block> block = std::move(live->second);
   live_.erase(live);
-  block->used_on = std::move(streams);
+  block->used_on.clear();  // its marks cover those streams now
   block->marks = std::move(marks);
   note_in_use(-static_cast<std::int64_t>(block->pages.size() * page_));
   cache(std::move(block));

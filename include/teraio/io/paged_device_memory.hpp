@@ -18,9 +18,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "teraio/core/error.hpp"
 
 namespace teraio::io {
 
@@ -124,7 +127,7 @@ class PagedDeviceMemory {
     DeviceAddress address = 0;  // inside range
     std::vector<PageHandle> pages;
     StreamHandle stream = nullptr;
-    std::vector<StreamHandle> used_on;  // other streams (record_use)
+    std::vector<StreamHandle> used_on;  // other streams (record_use), while in use
     SharedMarks marks;                  // set while freed
     DeviceAddress end(std::uint64_t page) const { return address + pages.size() * page; }
   };
@@ -161,7 +164,7 @@ class PagedDeviceMemory {
   std::unique_ptr<Block> cut_tail(Block& block, std::uint64_t keep);
   std::vector<FreePage> gather(std::uint64_t pages, StreamHandle stream);
   void take_from_freed(std::uint64_t pages, StreamHandle stream, std::vector<FreePage>& got);
-  std::uint64_t cached_pages() const;
+  Error no_room(std::uint64_t pages, std::string_view why);
   void retire(std::unique_ptr<Block> block, std::vector<FreePage>& got);
   bool ready_for(const Marks& marks, StreamHandle stream);
   void wait_for(const Marks& marks, StreamHandle stream);
@@ -181,6 +184,7 @@ class PagedDeviceMemory {
   // Freed blocks, owned by address (to find a neighbour to join) and listed by stream and size.
   std::map<DeviceAddress, std::unique_ptr<Block>> freed_;
   std::map<StreamHandle, std::multimap<std::uint64_t, Block*>> cached_;
+  std::uint64_t cached_pages_ = 0;  // of the blocks in cached_
   std::vector<Retired> retired_;
   std::unordered_map<DeviceAddress, SmallLive> small_live_;
   std::map<std::pair<StreamHandle, std::size_t>, std::vector<SmallChunk>> small_free_;
