@@ -219,8 +219,8 @@ def parse_args(argv):
                         "TeraIO's paged device memory (teraio.paged: blocks mapped from pages at their own addresses, "
                         "no flush of the cache at the cap)")
     p.add_argument("--paged-page", metavar="SIZE",
-                   help="--allocator paged: its physical page (default the device's granularity, 2 MiB on an H100; "
-                        "larger pages take fewer driver calls per block, bench/vmm_costs.py)")
+                   help="--allocator paged: its physical page (default 8MiB; a multiple of the device's granularity, "
+                        "2 MiB on an H100; larger pages take fewer driver calls per block, bench/vmm_costs.py)")
     p.add_argument("--plot", action="store_true", help="after the run, plot every table in --out (matplotlib)")
     p.add_argument("--plot-from", metavar="DIR", help="only plot the tables already in DIR")
     p.add_argument("--list-modes", action="store_true", help="list the modes and exit")
@@ -864,7 +864,7 @@ def run_mode(args, mode):
         if args.allocator == "paged":
             import teraio.paged
             teraio.paged.install(device.index, args.paged_page)  # before CUDA starts: swapped only then
-        result["allocator"] = (f"teraio.paged (pages of {args.paged_page or 'the device granularity'})"
+        result["allocator"] = (f"teraio.paged (pages of {fmt_size(teraio.paged.stats()['page_bytes'])})"
                                if args.allocator == "paged" else
                                f"caching ({os.environ.get('PYTORCH_CUDA_ALLOC_CONF') or 'default settings'})")
         torch.cuda.set_device(device)

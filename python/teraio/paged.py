@@ -26,10 +26,12 @@ from . import _native
 def install(device=0, page_bytes=None):
     """Makes the paged allocator PyTorch's CUDA allocator for `device` (one device per process).
 
-    `page_bytes` (an int or a string such as "32MiB"; default the device's granularity, 2 MiB on
-    an H100) is the physical page: larger pages cost the same per driver call, so a block maps
-    and unmaps in fewer calls, but every block is rounded up to whole pages and every small-size
-    class takes a page of its own. It must be a power of two and a multiple of the granularity.
+    `page_bytes` (an int or a string such as "16MiB"; default 8 MiB) is the physical page: larger
+    pages cost the same per driver call, so a block maps and unmaps in fewer calls, but every
+    block is rounded up to whole pages and every small-size class takes a page of its own. It
+    must be a power of two and a multiple of the device's granularity (2 MiB on an H100). On W3
+    (bench/RESULTS.md, sessions 25-26) the allocator ran 19% behind PyTorch's with 2 MiB pages and
+    8% ahead with 8 MiB pages (and growth in place).
 
     Raises teraio.Error once PyTorch's CUDA allocator has served a tensor, and where TeraIO's
     binding or PyTorch has no CUDA."""

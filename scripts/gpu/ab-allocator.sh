@@ -32,7 +32,9 @@ if [ "$side" = exact ]; then
     --warmup 1 --steps 3 --host-budget 40GiB --allocator paged --child-timeout 200 --out "$runs" ${AB_EXTRA:-} \
     2>&1 | tee "$out/w3-4layers-paged.log"
   status=${PIPESTATUS[0]}
-  for f in "$runs"/*.md "$runs"/*.json; do [ -f "$f" ] && cp "$f" "$out/exact-$(basename "$f")"; done
+  for f in "$runs"/W3-4L-24GiB.md "$runs"/W3-4L-24GiB.json; do
+    [ -f "$f" ] && cp "$f" "$out/exact-$(basename "$f")"
+  done
   exit "$status"
 fi
 allocator=(--allocator paged)

@@ -42,8 +42,13 @@ class CudaPageDriver final : public PageDriver {
     checked(granularity_(&granularity, &prop_, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
             "cuMemGetAllocationGranularity");
     // Larger pages cost the same per driver call (bench/vmm_costs.py: cuMemSetAccess about 36 µs
-    // per mapping on the H100), at the price of rounding every block up to them.
-    page_ = page_bytes == 0 ? granularity : page_bytes;
+    // per mapping on the H100), at the price of rounding every block up to them. The default is
+    // from W3 on the H100 (bench/RESULTS.md, sessions 25-26): with 2 MiB pages it mapped 195 593
+    // pages a step and ran 19% behind the caching allocator; with 8 MiB (and growth in place) 27 040,
+    // 8% ahead. 8 MiB pages add 0.25% to the bytes of W3's trace, 16 MiB 2.3%.
+    page_ = page_bytes != 0                        ? page_bytes
+            : kDefaultPageBytes % granularity == 0 ? kDefaultPageBytes
+                                                   : granularity;
     if (page_ % granularity != 0)
       throw Error(ErrorKind::kInvalidArgument,
                   cat("a page of ", page_, " bytes is not a multiple of the device's ", granularity,

@@ -10,7 +10,7 @@
 namespace teraio::torch_binding {
 
 // Throws Error(kUnsupported) off CUDA, kInvalidArgument once PyTorch's allocator has started.
-// page_bytes 0: the device's granularity.
+// page_bytes 0: io::kDefaultPageBytes (8 MiB).
 void install_paged_allocator(int device, std::uint64_t page_bytes);
 bool paged_allocator_installed();
 std::optional<io::PagedMemoryStats> paged_allocator_stats();

@@ -193,10 +193,14 @@ class PagedDeviceMemory {
   bool device_full_ = false;  // the driver refused a page: no more tries until the cap changes
 };
 
+// The page when none is asked for, where it is a multiple of the device's granularity (else the
+// granularity): the driver charges per call, so larger pages map a block in fewer calls.
+inline constexpr std::uint64_t kDefaultPageBytes = std::uint64_t{8} << 20;
+
 // CUDA's virtual memory management on `device` (driver entry points found through the runtime,
-// so nothing links libcuda), with pages of `page_bytes` (0: the device's granularity, 2 MiB on
-// the H100; else a multiple of it). Throws Error(kUnsupported) where the build has no CUDA or the
-// driver lacks the calls.
+// so nothing links libcuda), with pages of `page_bytes` (0: kDefaultPageBytes; else a multiple of
+// the device's granularity, 2 MiB on the H100). Throws Error(kUnsupported) where the build has no
+// CUDA or the driver lacks the calls.
 std::unique_ptr<PageDriver> make_cuda_page_driver(int device, std::uint64_t page_bytes = 0);
 
 }  // namespace teraio::io
