@@ -182,6 +182,11 @@ def parse_args(argv):
                    help="TeraIO modes: Session(reuse_blocks=...): the device block of a tensor moved out is kept, inside "
                         "the budget, for a later fetch of its size (default off: on W3 it more than doubled the allocator's "
                         "flushes and made the step 9%% slower, bench/RESULTS.md session 24)")
+    p.add_argument("--pcie-duplex", metavar="RATE",
+                   help="TeraIO modes: Session(bandwidths={'duplex': RATE}): both PCIe directions together while "
+                        "both are busy, e.g. 94GB/s (the H100 machines, bench/RESULTS.md session 19), for the planner's "
+                        "booking, its search for planned waits and the prediction (default: each direction at its "
+                        "own probed rate)")
     p.add_argument("--hole", default="0", metavar="SIZE",
                    help="TeraIO modes: Session(hole_bytes=SIZE): planned steps hold a device block of SIZE, inside "
                         "the budget, and hand it to the allocator just before an operator whose largest output "
@@ -246,6 +251,8 @@ def parse_args(argv):
         args.extrapolation = parse_layer_counts(args.extrapolate) if args.extrapolate else None
         if args.recompute_counts:
             parse_counts(args.recompute_counts)
+        if args.pcie_duplex is not None and parse_rate(args.pcie_duplex) <= 0:
+            raise ValueError(f"--pcie-duplex {args.pcie_duplex!r}: want a rate above 0, such as 94GB/s")
     except ValueError as error:
         p.error(str(error))
     if any(m.startswith("teraio") for m in args.mode_list) and args.budget is None and args.teraio_budget is None:
@@ -274,6 +281,18 @@ def parse_size(text):
         return _native.parse_bytes(text)
     except _native.Error as error:
         raise ValueError(f"size {text!r}: {error}") from None
+
+
+def parse_rate(text):
+    """Bytes per second in a rate such as 94GB/s, parsed by TeraIO."""
+    try:
+        from teraio import _native
+    except ImportError:
+        raise ValueError(f"rate {text!r}: parsing a rate needs TeraIO's native module") from None
+    try:
+        return _native.parse_bandwidth(text)
+    except _native.Error as error:
+        raise ValueError(f"rate {text!r}: {error}") from None
 
 
 def parse_counts(text):
@@ -518,7 +537,8 @@ def open_session(args, mode, device):
                           copy_order=args.copy_order, recast_weights=args.recast_weights == "on",
                           recast_activations=args.recast_activations == "on", keep_copies=args.keep_copies == "on",
                           retime_steps=args.retime, reuse_blocks=args.reuse_blocks == "on",
-                          hole_bytes=args.hole)
+                          hole_bytes=args.hole,
+                          bandwidths={"duplex": parse_rate(args.pcie_duplex)} if args.pcie_duplex else None)
 
 
 def configure_numerics(args, workload):
@@ -1110,6 +1130,8 @@ def table_notes(table):
             notes.append(f"- {name}: {held_up}")
     for name, entry in table["modes"].items():
         plan = (entry.get("teraio") or {}).get("plan") or {}
+        if plan.get("hardware"):
+            notes.append(f"- {name}: planned for {plan['hardware']}")
         if plan.get("retimed_steps"):
             notes.append(f"- {name}: planned again on the operator times of {plan['retimed_steps']} planned step(s): "
                          f"operators {plan['profiled_step_s_before_retime']:.3f} s -> {plan['profiled_step_s']:.3f} s, "

@@ -212,8 +212,8 @@ class Session:
             "hole_bytes": _size(hole_bytes, "hole_bytes"),
         }
         for key, value in (bandwidths or {}).items():
-            if key not in ("d2h", "h2d", "ssd_read", "ssd_write"):
-                raise ValueError(f"bandwidths: unknown key {key!r} (d2h, h2d, ssd_read, ssd_write)")
+            if key not in ("d2h", "h2d", "ssd_read", "ssd_write", "duplex"):
+                raise ValueError(f"bandwidths: unknown key {key!r} (d2h, h2d, ssd_read, ssd_write, duplex)")
             config[key] = float(value)
         self._native = _native.Session(config)
         self.last_step = None

@@ -2,8 +2,11 @@
 // h2d, SSD write, SSD read) can carry duration[k] × bandwidth bytes; a migration takes that
 // capacity operator by operator along its route. Without GPUDirect Storage an SSD transfer
 // is bounced through host memory, so its route holds both the SSD channel and the PCIe
-// channel of its direction. The step repeats, so windows are circular: a window starts at an
-// operator and spans `length` operators, wrapping past the last one into the next step.
+// channel of its direction. Where Hardware::pcie_duplex_bandwidth is below the two PCIe
+// directions' sum, every route through PCIe also holds a fifth channel, the link, which carries
+// duration[k] × that rate in both directions together. The step repeats, so windows are
+// circular: a window starts at an operator and spans `length` operators, wrapping past the last
+// one into the next step.
 #pragma once
 
 #include <array>
@@ -51,12 +54,13 @@ class BandwidthLedger {
   void take(Route route, std::size_t op, double bytes);
 
   std::size_t n_ = 0;
+  static constexpr std::size_t kChannelCount = 5;
   std::array<double, kRouteCount> rate_{};
-  // Free bytes per channel and operator (d2h, h2d, SSD write, SSD read).
-  std::array<std::vector<double>, 4> channel_free_;
+  // Free bytes per channel and operator (d2h, h2d, SSD write, SSD read, the shared link).
+  std::array<std::vector<double>, kChannelCount> channel_free_;
   // The channels each route holds, and the routes each channel serves.
   std::array<std::vector<std::size_t>, kRouteCount> route_channels_;
-  std::array<std::vector<std::size_t>, 4> channel_routes_;
+  std::array<std::vector<std::size_t>, kChannelCount> channel_routes_;
   // Per route: free bytes = min over its channels, in a tree for O(log n) walks.
   std::vector<CapacityTree> route_free_;
 };

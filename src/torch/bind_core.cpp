@@ -46,6 +46,9 @@ void bind_core(py::module_& m) {
                                                      std::string(py::str(value.get_type()))));
       },
       py::arg("value"), "Bytes from an int or a string such as \"24GiB\", \"512 MB\".");
+  m.def(
+      "parse_bandwidth", [](const std::string& text) { return parse_bandwidth(text); }, py::arg("text"),
+      "Bytes per second from a string such as \"94GB/s\", \"800MiB/s\" or a plain number.");
   m.def("format_bytes", &format_bytes, py::arg("bytes"));
   m.def("format_bandwidth", &format_bandwidth, py::arg("bytes_per_second"));
 

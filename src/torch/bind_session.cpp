@@ -154,6 +154,7 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   c.h2d_bandwidth = get("h2d", 0.0);
   c.ssd_read_bandwidth = get("ssd_read", 0.0);
   c.ssd_write_bandwidth = get("ssd_write", 0.0);
+  c.pcie_duplex_bandwidth = get("duplex", 0.0);
   c.probe_bytes = get("probe_bytes", c.probe_bytes);
   c.record_releases = get("record_releases", false);
   c.keep_copies = get("keep_copies", false);

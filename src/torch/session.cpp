@@ -3,6 +3,7 @@
 #include <c10/core/Device.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "observer.hpp"
 #include "teraio/core/error.hpp"
@@ -70,6 +71,15 @@ Session::Session(SessionConfig config)
   if (!config_.ssd_paths.empty() && config_.ssd_capacity == 0) {
     throw Error(ErrorKind::kInvalidArgument, "ssd paths given but ssd_capacity is 0");
   }
+  for (const auto& [name, rate] :
+       {std::pair{"d2h", config_.d2h_bandwidth}, std::pair{"h2d", config_.h2d_bandwidth},
+        std::pair{"ssd_read", config_.ssd_read_bandwidth},
+        std::pair{"ssd_write", config_.ssd_write_bandwidth},
+        std::pair{"duplex", config_.pcie_duplex_bandwidth}}) {
+    if (!std::isfinite(rate) || rate < 0)
+      throw Error(ErrorKind::kInvalidArgument,
+                  cat("bandwidths[\"", name, "\"] must be a finite number of bytes/s >= 0 (got ", rate, ")"));
+  }
   if (config_.hole_bytes > 0 && config_.hole_bytes >= config_.gpu_budget) {
     throw Error(ErrorKind::kInvalidArgument,
                 cat("hole_bytes (", format_bytes(config_.hole_bytes), ") must be below gpu_budget (",
@@ -133,6 +143,7 @@ void Session::probe_bandwidths() {
   hardware_.h2d_bandwidth = pick(config_.h2d_bandwidth, measured.h2d, 25e9);
   hardware_.ssd_write_bandwidth = pick(config_.ssd_write_bandwidth, measured.ssd_write, 1e9);
   hardware_.ssd_read_bandwidth = pick(config_.ssd_read_bandwidth, measured.ssd_read, 1e9);
+  hardware_.pcie_duplex_bandwidth = config_.pcie_duplex_bandwidth;
   hardware_.gpudirect = false;
 }
 

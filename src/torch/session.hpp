@@ -58,6 +58,10 @@ struct SessionConfig {
   double h2d_bandwidth = 0;
   double ssd_read_bandwidth = 0;
   double ssd_write_bandwidth = 0;
+  // Both PCIe directions together while both are busy (plan::Hardware::pcie_duplex_bandwidth;
+  // 94e9 on the H100 machines, bench/RESULTS.md session 19). Not probed: 0 plans each direction
+  // at its own rate, as before.
+  double pcie_duplex_bandwidth = 0;
   std::uint64_t probe_bytes = 64ull << 20;
   // io::EngineConfig::enqueue_host_copies (tests force it on the CPU, where it is off).
   std::optional<bool> enqueue_host_copies;

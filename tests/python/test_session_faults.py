@@ -146,6 +146,12 @@ def test_bad_arguments_are_refused(tmp_path):
         teraio.Session(device="cpu", gpu_budget="2MiB", hole_bytes="big")
     with pytest.raises(teraio.Error):
         teraio.Session(device="cpu", ssd=[tmp_path / "does-not-exist"], ssd_capacity="1MiB")
+    with pytest.raises(ValueError, match=r"unknown key 'both'.*duplex"):
+        teraio.Session(device="cpu", bandwidths={"both": 1e9})
+    with pytest.raises(teraio.Error, match=r'bandwidths\["duplex"\] must be a finite number of bytes/s >= 0'):
+        teraio.Session(device="cpu", bandwidths={"duplex": -1})
+    with pytest.raises(teraio.Error, match=r'bandwidths\["d2h"\]'):
+        teraio.Session(device="cpu", bandwidths={"d2h": float("nan")})
     session = teraio.Session(device="cpu")
     with pytest.raises(teraio.Error):
         with session.step():

@@ -392,3 +392,9 @@ def test_budget_no_plan_reaches_is_refused(device, swap_dir):
         train(gpt, adamw, WARMUP_STEPS + PROFILE_STEPS, device, session_kwargs=kwargs)
     assert raised.value.kind == "infeasible", str(raised.value)
     assert "budget" in str(raised.value)
+
+
+def test_gpt_adamw_exact_planned_on_a_shared_link(device, swap_dir):
+    # Both directions sharing one direction's rate: the planner books them together.
+    run = check_case(gpt, adamw, device, swap_dir, bandwidths={**FAST, "duplex": 1e12})
+    assert "both at once 1000.00 GB/s" in run.report["plan"]["hardware"], run.report["plan"]

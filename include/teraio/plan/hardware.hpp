@@ -18,8 +18,8 @@ struct Hardware {
   // bytes/s of both PCIe directions together while both are busy, shared in proportion to
   // their own rates (the H100 machines: 94e9 against 55e9 each way); 0: each at its own rate.
   // The simulator's channels use it (and so the planner's replays in its search for planned
-  // waits), and the step bound where forced returns and departures meet (plan/shared_link);
-  // the planner's booking takes each direction on its own.
+  // waits), the step bound where forced returns and departures meet (plan/shared_link), and
+  // the planner's booking: offloads and prefetches in the same operators share it.
   double pcie_duplex_bandwidth = 0;
   double ssd_write_bandwidth = 2.2e9;  // bytes/s, all SSD paths together
   double ssd_read_bandwidth = 1.7e9;   // bytes/s, all SSD paths together
