@@ -13,20 +13,13 @@ constexpr std::size_t kSsdWrite = 2;
 constexpr std::size_t kSsdRead = 3;
 constexpr std::size_t kLink = 4;  // both PCIe directions together (Hardware::pcie_duplex_bandwidth)
 
-// Whether the link carries less than both directions at their own rates, so that it limits
-// what the two may carry together during an operator.
-bool link_shared(const Hardware& hardware) {
-  return hardware.pcie_duplex_bandwidth > 0 &&
-         hardware.pcie_duplex_bandwidth < hardware.d2h_bandwidth + hardware.h2d_bandwidth;
-}
-
 }  // namespace
 
 BandwidthLedger::BandwidthLedger(const std::vector<double>& durations, const Hardware& hardware)
     : n_(durations.size()) {
-  const std::array<double, kChannelCount> bandwidth{
-      hardware.d2h_bandwidth, hardware.h2d_bandwidth, hardware.ssd_write_bandwidth,
-      hardware.ssd_read_bandwidth, link_shared(hardware) ? hardware.pcie_duplex_bandwidth : 0.0};
+  const std::array<double, kChannelCount> bandwidth{hardware.d2h_bandwidth, hardware.h2d_bandwidth,
+                                                    hardware.ssd_write_bandwidth, hardware.ssd_read_bandwidth,
+                                                    hardware.shared_link_rate()};
   for (std::size_t c = 0; c < kChannelCount; ++c) {
     channel_free_[c].resize(n_);
     for (std::size_t k = 0; k < n_; ++k) channel_free_[c][k] = durations[k] * bandwidth[c];
@@ -39,9 +32,10 @@ BandwidthLedger::BandwidthLedger(const std::vector<double>& durations, const Har
       hardware.gpudirect ? std::vector<std::size_t>{kSsdRead} : std::vector<std::size_t>{kSsdRead, kH2d};
   // A shared link: what crosses PCIe either way during an operator also takes the link's room,
   // so an offload and a prefetch booked in the same operators cannot both run at full rate (the
-  // H100 machines: 94 GB/s together against 55 GB/s each way). Its rate is above either
-  // direction's, so no route's own rate changes.
-  if (link_shared(hardware)) {
+  // H100 machines: 94 GB/s together against 55 GB/s each way). A shared rate below one
+  // direction's own also caps that direction alone here, more cautiously than the simulator,
+  // which slows a direction only while the other is busy.
+  if (hardware.shared_link_rate() > 0) {
     for (auto& channels : route_channels_) {
       if (std::find(channels.begin(), channels.end(), kD2h) != channels.end() ||
           std::find(channels.begin(), channels.end(), kH2d) != channels.end())

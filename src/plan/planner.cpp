@@ -37,9 +37,12 @@ void retime(Prepared& prep, const std::vector<double>& wait_after_s) {
 }
 
 double prefetch_rate(const Hardware& hw, Tier tier) {
-  return tier == Tier::kHost
-             ? hw.h2d_bandwidth
-             : (hw.gpudirect ? hw.ssd_read_bandwidth : std::min(hw.ssd_read_bandwidth, hw.h2d_bandwidth));
+  // The rate the booking gives the route (detail::BandwidthLedger): its slowest channel,
+  // the shared link included where it caps PCIe.
+  const double link = hw.shared_link_rate();
+  const double pcie = link > 0 ? std::min(hw.h2d_bandwidth, link) : hw.h2d_bandwidth;
+  return tier == Tier::kHost ? pcie
+                             : (hw.gpudirect ? hw.ssd_read_bandwidth : std::min(hw.ssd_read_bandwidth, pcie));
 }
 
 PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOptions& options,

@@ -30,8 +30,9 @@ inline void add_hardware_options(Options& opts) {
   opts.add("d2h", "device-to-host bandwidth" + otherwise(format_bandwidth(d.d2h_bandwidth)));
   opts.add("h2d", "host-to-device bandwidth" + otherwise(format_bandwidth(d.h2d_bandwidth)));
   opts.add("pcie-duplex",
-           "PCIe bandwidth of both directions together while both are busy (simulator only; the "
-           "H100 machines: 94GB/s); 0: each direction at its own rate" +
+           "PCIe bandwidth of both directions together while both are busy (the simulator, the "
+           "bound and the planner's booking; the H100 machines: 94GB/s); 0: each direction at its "
+           "own rate" +
                otherwise("0"));
   opts.add("ssd-write",
            "SSD write bandwidth, all paths together" + otherwise(format_bandwidth(d.ssd_write_bandwidth)));

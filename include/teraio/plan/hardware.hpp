@@ -26,6 +26,13 @@ struct Hardware {
   bool gpudirect = false;              // SSD traffic bypasses the PCIe/host channel
   double request_latency_s = 20e-6;    // fixed cost per migration request
 
+  // pcie_duplex_bandwidth where it caps the two directions together (below their sum), else 0.
+  double shared_link_rate() const {
+    return pcie_duplex_bandwidth > 0 && pcie_duplex_bandwidth < d2h_bandwidth + h2d_bandwidth
+               ? pcie_duplex_bandwidth
+               : 0.0;
+  }
+
   // One-line human description ("budget 24.0 GiB, host 64.0 GiB, ...").
   std::string describe() const;
 };
