@@ -69,6 +69,10 @@ PagedDeviceMemory::~PagedDeviceMemory() {
   }
 }
 
+void PagedDeviceMemory::free_again(std::vector<FreePage>& pages) {
+  for (FreePage& page : pages) free_pages_.push_back(std::move(page));
+}
+
 void PagedDeviceMemory::note_in_use(std::int64_t delta) {
   stats_.in_use_bytes = static_cast<std::uint64_t>(static_cast<std::int64_t>(stats_.in_use_bytes) + delta);
   stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, stats_.in_use_bytes);
@@ -87,28 +91,27 @@ void* PagedDeviceMemory::allocate(std::uint64_t bytes, StreamHandle stream) {
 void* PagedDeviceMemory::allocate_small(std::uint64_t bytes, StreamHandle stream) {
   const std::size_t size_class = std::max<std::uint64_t>(kSmallestClass, std::bit_ceil(bytes));
   auto& chunks = small_free_[{stream, size_class}];
+  const auto hand_out = [&](DeviceAddress address) {
+    small_live_.emplace(address, SmallLive{size_class, stream, {}});
+    note_in_use(static_cast<std::int64_t>(size_class));
+    ++stats_.small_allocations;
+    return reinterpret_cast<void*>(address);
+  };
   // The newest chunk first: its marks are the likeliest to be missing (freed on its own stream).
   for (auto chunk = chunks.rbegin(); chunk != chunks.rend(); ++chunk) {
     if (chunk->marks && !all_passed(*chunk->marks)) continue;
     const DeviceAddress address = chunk->address;
     chunks.erase(std::next(chunk).base());
-    small_live_.emplace(address, SmallLive{size_class, stream, {}});
-    note_in_use(static_cast<std::int64_t>(size_class));
-    ++stats_.small_allocations;
-    return reinterpret_cast<void*>(address);
+    return hand_out(address);
   }
   // A new slab: one page cut into chunks of this class, kept for this stream and class. Only
   // its chunks handed out count as in use.
   std::unique_ptr<Block> slab = take_block(1, stream);
   const DeviceAddress base = slab->address;
-  void* slab_address = reinterpret_cast<void*>(base);
   slabs_.push_back(std::move(slab));
   for (std::uint64_t offset = page_ - size_class; offset > 0; offset -= size_class)
     chunks.push_back(SmallChunk{base + offset, nullptr});
-  small_live_.emplace(base, SmallLive{size_class, stream, {}});
-  note_in_use(static_cast<std::int64_t>(size_class));
-  ++stats_.small_allocations;
-  return slab_address;
+  return hand_out(base);
 }
 
 void* PagedDeviceMemory::allocate_pages(std::uint64_t pages, StreamHandle stream) {
@@ -163,7 +166,7 @@ void PagedDeviceMemory::map_into(const std::shared_ptr<Range>& range, DeviceAddr
       log::warn("paged device memory: undoing a failed mapping failed too: ", e.what());
       retired_.push_back(Retired{range, at, mapped, nullptr});
     }
-    for (FreePage& page : got) free_pages_.push_back(std::move(page));
+    free_again(got);
     throw;
   }
   stats_.pages_mapped += got.size();
@@ -177,7 +180,7 @@ std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::map_new(std::uint64
   try {
     block->address = driver_.reserve(2 * pages * page_);
   } catch (...) {
-    for (FreePage& page : got) free_pages_.push_back(std::move(page));
+    free_again(got);
     throw;
   }
   block->range = std::make_shared<Range>(Range{block->address, 2 * pages, 0, std::vector<bool>(2 * pages)});
@@ -310,8 +313,7 @@ std::vector<PagedDeviceMemory::FreePage> PagedDeviceMemory::gather(std::uint64_t
   // A request that cannot be met is refused before any freed block is taken apart: the blocks
   // stay whole for the requests that follow (TeraIO moves tensors out and asks again).
   const std::uint64_t creatable = pages_held_ < cap_pages_ ? cap_pages_ - pages_held_ : 0;
-  const std::uint64_t cached = cached_pages_;
-  if (free_pages_.size() + creatable + cached < pages) throw no_room(pages, "");
+  if (free_pages_.size() + creatable + cached_pages_ < pages) throw no_room(pages, "");
   std::vector<FreePage> got;
   got.reserve(pages);
   while (got.size() < pages && !free_pages_.empty()) {
@@ -329,20 +331,13 @@ std::vector<PagedDeviceMemory::FreePage> PagedDeviceMemory::gather(std::uint64_t
       stats_.peak_held_bytes = std::max(stats_.peak_held_bytes, pages_held_ * page_);
       got.push_back(FreePage{*page, nullptr});
     }
-  } catch (...) {
-    for (FreePage& page : got) free_pages_.push_back(std::move(page));
-    throw;
-  }
-  const bool refused = device_full_;
-  device_full_ = false;
-  if (refused && got.size() + cached < pages) {
-    for (FreePage& page : got) free_pages_.push_back(std::move(page));
-    throw no_room(pages, ", the device refused more pages");
-  }
-  try {
+    const bool refused = device_full_;
+    device_full_ = false;
+    if (refused && got.size() + cached_pages_ < pages)
+      throw no_room(pages, ", the device refused more pages");
     take_from_freed(pages, stream, got);
   } catch (...) {
-    for (FreePage& page : got) free_pages_.push_back(std::move(page));
+    free_again(got);
     throw;
   }
   return got;
@@ -522,16 +517,19 @@ void PagedDeviceMemory::empty_cache() {
     std::unique_ptr<Block> owned = detach(block);
     DeviceAddress at = owned->address;
     std::uint64_t left = owned->pages.size();
+    const auto pages_free = [&] {
+      for (const PageHandle page : owned->pages) free_pages_.push_back(FreePage{page, nullptr});
+    };
     try {
       unmap(*owned->range, at, left);
     } catch (...) {
       // The device is idle (synchronized): the pages are free, the rest of the range is
       // unmapped by a later call.
       retired_.push_back(Retired{owned->range, at, left, nullptr});
-      for (const PageHandle page : owned->pages) free_pages_.push_back(FreePage{page, nullptr});
+      pages_free();
       throw;
     }
-    for (const PageHandle page : owned->pages) free_pages_.push_back(FreePage{page, nullptr});
+    pages_free();
   }
   while (!free_pages_.empty()) {
     driver_.release_page(free_pages_.back().page);

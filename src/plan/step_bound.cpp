@@ -259,8 +259,7 @@ StepBound step_time_bound(const trace::Trace& t, const Hardware& hw) {
   }
   // While both PCIe directions are busy they share pcie_duplex_bandwidth (shared_link.hpp); a cap
   // at or above their sum is none.
-  const bool shared = (host || (ssd && !hw.gpudirect)) && hw.pcie_duplex_bandwidth > 0 &&
-                      hw.pcie_duplex_bandwidth < hw.d2h_bandwidth + hw.h2d_bandwidth;
+  const bool shared = (host || (ssd && !hw.gpudirect)) && hw.shared_link_rate() > 0;
   const LinkRates rates{in_bw, out_bw,
                         hw.pcie_duplex_bandwidth +
                             (ssd && hw.gpudirect ? hw.ssd_read_bandwidth + hw.ssd_write_bandwidth : 0.0)};

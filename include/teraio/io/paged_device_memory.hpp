@@ -173,6 +173,7 @@ class PagedDeviceMemory {
   void unmap(Range& range, DeviceAddress& address, std::uint64_t& pages);
   void unmap_retired(bool everything);
   void note_in_use(std::int64_t delta);
+  void free_again(std::vector<FreePage>& pages);  // back to the free pages, with their marks
 
   PageDriver& driver_;
   const std::uint64_t page_;
