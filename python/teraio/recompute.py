@@ -120,10 +120,14 @@ class Choice:
     layers: int
     trials: list          # of Trial, in the order run
     steps: int            # training steps tune() ran
+    # How the session came back to the chosen count after trying others: "kept plan" (the
+    # chosen trial's plan runs again), "profiled again", or "" (the chosen count ran last).
+    returned_by: str = ""
 
     def describe(self) -> str:
+        back = f"; {self.returned_by}" if self.returned_by else ""
         return (f"recompute {self.count} of {self.layers} layers (chosen from {len(self.trials)} trials in "
-                f"{self.steps} training steps: " + "; ".join(t.describe() for t in self.trials) + ")")
+                f"{self.steps} training steps{back}: " + "; ".join(t.describe() for t in self.trials) + ")")
 
 
 class _PlanFailed(Exception):
@@ -160,13 +164,21 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
     the best and slower than the one before it, then refined around the best by halving
     strides, `max_trials` in all.
 
+    The fastest trial's plan is kept (`session.keep_plan()`); when the search ends on another
+    count, the session goes back to the chosen one with that plan (`session.use_plan()`), so the
+    steps after tune() run the plan that was timed, and no step is spent profiling again. Two
+    profiles of the same step give different plans (operator times vary), and on W2 and W3 the
+    steps after a new profile ran slower than the chosen trial's (bench/RESULTS.md, session 27). When
+    no plan was kept (the chosen trial or the last one was not planned), the chosen count is
+    profiled again.
+
     These are real training steps: the model trains while tune() runs (the losses are those of
     the same steps without TeraIO, since checkpointing recomputes the same values). A trial whose
     profiled step cannot be planned (the budget is below what one operator needs) is recorded
     as failed and the search goes on; an error inside a step propagates, since the step may
     have left the training half updated. Returns the Choice; the chosen count stays applied and
     the session is planned for it (tune() runs the extra profile steps when the last trial was
-    another count). `on_trial(trial)`, when given, runs after each trial while the session still
+    another count and no plan of it is kept). `on_trial(trial)`, when given, runs after each trial while the session still
     holds that trial's profile (and plan, unless the trial failed), e.g. to save its trace.
     """
     recomputation = layers if isinstance(layers, Recomputation) else Recomputation(layers)
@@ -181,6 +193,7 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
     say = progress or (lambda line: None)
     state = {"steps": 0}
     order: list = []  # the trials run
+    kept = {"count": None, "plan": None}  # the fastest planned trial's plan, for use_plan()
 
     def run_step():
         """One step; raises _PlanFailed when only the planning at its end failed."""
@@ -228,11 +241,14 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
             result = Trial(count, None, "failed", None, None, error=str(failure))
         else:
             plan = session.report()["plan"]
-            best = min(range(len(times)), key=times.__getitem__) if times else None
-            result = Trial(count, None if best is None else times[best], session.phase,
+            fastest = min(range(len(times)), key=times.__getitem__) if times else None
+            result = Trial(count, None if fastest is None else times[fastest], session.phase,
                            plan.get("predicted_step_s"), True if session.phase == "passive" else plan.get("stall_free"),
-                           0 if best is None else moved[best])
+                           0 if fastest is None else moved[fastest])
         order.append(result)
+        if session.phase == "planned" and best() is result:
+            kept.update(count=None, plan=None)  # the old one goes before the copy is made
+            kept.update(count=count, plan=session.keep_plan())
         say(f"trial {len(order)}: {result.describe()}")
         if on_trial is not None:
             on_trial(result)
@@ -270,10 +286,17 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
     if chosen is None:
         raise _error("tune: no count of recomputed layers could be planned: " +
                      "; ".join(t.describe() for t in order), "infeasible")
+    returned_by = ""
     if order[-1].count != chosen.count:
         recomputation.set(chosen.count)
-        session.reprofile()
-        run_steps_until_planned()
-    choice = Choice(chosen.count, n, order, state["steps"])
+        if kept["count"] == chosen.count and session.phase == "planned":
+            session.use_plan(kept["plan"])
+            returned_by = "its trial's plan kept"
+        else:
+            session.reprofile()
+            run_steps_until_planned()
+            returned_by = "profiled again"
+    kept.update(count=None, plan=None)
+    choice = Choice(chosen.count, n, order, state["steps"], returned_by)
     say(choice.describe())
     return choice

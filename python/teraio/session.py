@@ -294,6 +294,18 @@ class Session:
         passive phase a warm-up step comes first."""
         self._native.reprofile()
 
+    def keep_plan(self):
+        """The plan this planned session runs, with the profile it was made from: a copy that
+        `use_plan()` can put back later for the same step. Raises teraio.Error in another phase."""
+        return self._native.keep_plan()
+
+    def use_plan(self, kept):
+        """Runs a plan `keep_plan()` returned from the next step on, without profiling again.
+        The step must be the one it was profiled from (one that is not diverges and runs
+        reactively, as from any plan). Only between steps of a planned session; from another
+        phase `reprofile()` is the way back to a plan."""
+        self._native.use_plan(kept)
+
     def locations(self):
         """Tracked storages by where their bytes are: {"device": (count, bytes), "ssd": ...}."""
         return {k: tuple(v) for k, v in self._native.locations().items()}

@@ -174,6 +174,18 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
 }  // namespace
 
 void bind_session(py::module_& m) {
+  py::class_<KeptPlan, std::shared_ptr<KeptPlan>>(m, "KeptPlan")
+      .def_property_readonly("operators", [](const KeptPlan& k) { return k.trace.ops.size(); })
+      .def_property_readonly("migrations", [](const KeptPlan& k) { return k.plan.plan.migrations.size(); })
+      .def_property_readonly("predicted_step_s",
+                             [](const KeptPlan& k) -> py::object {
+                               if (!k.prediction) return py::none();
+                               return py::float_(k.prediction->step_s);
+                             })
+      .def("__repr__", [](const KeptPlan& k) {
+        return cat("<teraio KeptPlan: ", k.trace.ops.size(), " operators, ", k.plan.plan.migrations.size(),
+                   " migrations>");
+      });
   py::class_<NativeSession>(m, "Session")
       .def(py::init([](const py::dict& config) {
              auto native = std::make_unique<NativeSession>();
@@ -220,6 +232,10 @@ void bind_session(py::module_& m) {
           py::arg("tensors"))
       .def("exit_resident", [](NativeSession& s) { s.session->exit_resident(); })
       .def("reprofile", [](NativeSession& s) { s.session->reprofile(); })
+      .def("keep_plan", [](NativeSession& s) { return s.session->keep_plan(); })
+      .def(
+          "use_plan", [](NativeSession& s, const KeptPlan& kept) { s.session->use_plan(kept); },
+          py::arg("kept"))
       .def(
           "track",
           [](NativeSession& s, const std::vector<at::Tensor>& tensors) { return s.session->track(tensors); },

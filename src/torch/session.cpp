@@ -363,6 +363,34 @@ void Session::reprofile() {
   divergent_steps_ = 0;
 }
 
+std::shared_ptr<KeptPlan> Session::keep_plan() {
+  std::lock_guard lock(mutex_);
+  check_between_steps("session.keep_plan()");
+  if (phase_ != SessionPhase::kPlanned || !plan_ || !trace_) {
+    throw Error(
+        ErrorKind::kInvalidArgument,
+        cat("session.keep_plan() keeps the plan of a planned session; this one is ", to_string(phase_)));
+  }
+  return std::make_shared<KeptPlan>(KeptPlan{*trace_, *plan_, prediction_, retiming_});
+}
+
+void Session::use_plan(const KeptPlan& kept) {
+  std::lock_guard lock(mutex_);
+  check_between_steps("session.use_plan()");
+  if (phase_ != SessionPhase::kPlanned) {
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("session.use_plan() replaces the plan of a planned session; this one is ",
+                    to_string(phase_), " (session.reprofile() profiles the step again instead)"));
+  }
+  trace_ = kept.trace;
+  plan_ = kept.plan;
+  retiming_ = kept.retiming;
+  retime_left_ = 0;  // the kept plan was timed already, when it ran
+  divergent_steps_ = 0;
+  prediction_ = kept.prediction;  // simulating the plan again would give the same figures
+  hand_plan_to_executor();
+}
+
 std::uint64_t Session::track(const std::vector<at::Tensor>& tensors) {
   std::lock_guard lock(mutex_);
   check_between_steps("session.track()");
@@ -456,6 +484,11 @@ void Session::set_migrations(std::vector<plan::Migration> migrations) {
     }
   }
   plan_->plan.migrations = std::move(migrations);
+  hand_plan_to_executor();
+  predict();
+}
+
+void Session::hand_plan_to_executor() {
   tracks_writes_ =
       config_.keep_copies || std::any_of(plan_->plan.migrations.begin(), plan_->plan.migrations.end(),
                                          [](const plan::Migration& m) { return m.kept_copy; });
@@ -465,7 +498,6 @@ void Session::set_migrations(std::vector<plan::Migration> migrations) {
   for (const auto& tensor : trace_->tensors) plan_bytes_[tensor.id] = tensor.bytes;
   executor_->set_plan(plan_->plan);
   executor_->set_next_uses(runtime::NextUses(*trace_));
-  predict();
 }
 
 void Session::bring_everything_back() {

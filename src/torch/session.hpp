@@ -126,6 +126,16 @@ struct Retiming {
   double predicted_step_s = 0;  // the plan made on them, simulated
 };
 
+// A plan with the profile it was made from and what was predicted of it, kept so that the same
+// step can run it again later: recompute.tune() returns to a count it measured earlier without
+// profiling it again, and so runs the plan it timed, not a new one from another profile.
+struct KeptPlan {
+  trace::Trace trace;
+  plan::PlanResult plan;
+  std::optional<PlanPrediction> prediction;
+  std::optional<Retiming> retiming;
+};
+
 struct StepRecord {
   std::uint64_t step = 0;
   SessionPhase phase = SessionPhase::kWarmup;
@@ -189,6 +199,13 @@ class Session {
   // budget does not see, and a capped device can run out. Only in the warm-up phase. Returns
   // the bytes newly tracked.
   std::uint64_t track(const std::vector<at::Tensor>& tensors);
+  // The plan the session runs, with its profile (a copy); only in the planned phase.
+  std::shared_ptr<KeptPlan> keep_plan();
+  // Runs `kept` from the next step on, as if its profile had just been planned. The step must be
+  // the one it was profiled from; one that is not diverges, as it would from any plan. Only in
+  // the planned phase, between steps: from another phase the tensors that live across steps
+  // may not all be tracked, and only a profile finds them.
+  void use_plan(const KeptPlan& kept);
   void close();
 
   SessionPhase phase() const { return phase_; }
@@ -262,6 +279,8 @@ class Session {
   std::uint64_t expected_births(OpIndex k) const;
   std::vector<TensorId> tracked_ids(const std::vector<at::Tensor>& tensors);
   void make_plan();
+  // The plan in plan_ (for trace_) becomes the one the executor carries out from the next step.
+  void hand_plan_to_executor();
   // Plans again on the operator times the planned step just measured.
   void retime();
   void predict();

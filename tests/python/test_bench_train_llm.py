@@ -53,6 +53,8 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
     # teraio-recompute tried both counts in training steps that stay exact, and says what it chose.
     recompute = table["modes"]["teraio-recompute"]["recompute"]
     assert [t["count"] for t in recompute["trials"]] == [2, 0] and recompute["count"] in (2, 0)
+    # Back to 2 after trying 0: on its trial's plan when the session was planned, else profiled again.
+    assert recompute["returned_by"] in (("its trial's plan kept", "profiled again") if recompute["count"] == 2 else ("",))
     tuned = table["modes"]["teraio-recompute"]["steps"]
     assert sum(not s["measured"] for s in tuned) == recompute["tuning_steps"] and sum(s["measured"] for s in tuned) == 2
     assert f"- teraio-recompute: recompute {recompute['count']} of 2 layers" in markdown

@@ -152,9 +152,12 @@ class FakeSession:
     """Step times from a function of the count: tune()'s search, without training. Planning
     fails (as end_step raises it: after a complete step) for the counts in `unplannable`."""
 
-    def __init__(self, time_of, recomputation, unplannable=()):
+    def __init__(self, time_of, recomputation, unplannable=(), passive=()):
         self.time_of, self.recomputation, self.unplannable = time_of, recomputation, set(unplannable)
+        self.passive = set(passive)  # counts whose profile needs no plan: the session goes passive
         self.phase, self.left, self.last_step, self.reprofiles = "warmup", 2, None, 0
+        self.plan_of = None  # the count the running plan was profiled at
+        self.kept, self.used = [], []  # counts of the plans keep_plan() and use_plan() saw
         self.device = "cpu"
         self.records = []
         self.predicted_of = None  # the simulator's step for a count's plan
@@ -163,6 +166,16 @@ class FakeSession:
     def reprofile(self):
         self.phase, self.left = "profile", 1
         self.reprofiles += 1
+
+    def keep_plan(self):
+        assert self.phase == "planned", self.phase
+        self.kept.append(self.plan_of)
+        return self.plan_of
+
+    def use_plan(self, kept):
+        assert self.phase == "planned", self.phase
+        self.used.append(kept)
+        self.plan_of = kept
 
     @contextlib.contextmanager
     def step(self):
@@ -173,8 +186,11 @@ class FakeSession:
             if self.left == 0:
                 if self.recomputation.count in self.unplannable:
                     plan_error = "gpu_budget is below what operator 7 needs at once"
+                elif self.recomputation.count in self.passive:
+                    self.phase, planned_now = "passive", True  # planning found nothing to move
                 else:
                     self.phase, planned_now = "planned", True
+                    self.plan_of = self.recomputation.count
         self.records.append({"step": len(self.records), "plan_error": plan_error})
         if plan_error:
             error = teraio.Error(plan_error)
@@ -188,9 +204,9 @@ class FakeSession:
         return {"plan": {"predicted_step_s": predicted, "stall_free": True}, "steps": self.records}
 
 
-def _search(time_of, layers=16, unplannable=(), step=lambda: None, **kw):
+def _search(time_of, layers=16, unplannable=(), step=lambda: None, passive=(), **kw):
     r = recompute.Recomputation([torch.nn.Linear(1, 1) for _ in range(layers)])
-    session = FakeSession(time_of, r, unplannable)
+    session = FakeSession(time_of, r, unplannable, passive)
     choice = recompute.tune(session, r, step, progress=None, **kw)
     return choice, [t.count for t in choice.trials], session
 
@@ -208,11 +224,29 @@ def test_search_stops_descending_once_slower_and_worsening():
     assert choice.count == 16
 
 
-def test_search_sets_the_chosen_count_back_and_replans_it():
+def test_search_sets_the_chosen_count_back_with_the_plan_its_trial_ran():
     choice, tried, session = _search(lambda c: 1.0 if c == 4 else 2.0, layers=4)
     assert tried == [4, 3]
     assert choice.count == 4 and session.recomputation.count == 4
-    assert session.reprofiles == 2  # the other trial, then the chosen count again
+    assert session.reprofiles == 1  # the other trial only: the chosen count is not profiled again
+    assert session.kept == [4] and session.used == [4] and session.plan_of == 4
+    assert choice.returned_by == "its trial's plan kept" and "its trial's plan kept" in choice.describe()
+    assert choice.steps == len(session.records) == 4 + 3  # trial 4, trial 3, and no step to go back
+
+
+def test_only_a_faster_trial_replaces_the_kept_plan():
+    _, tried, session = _search(lambda c: {4: 3.0, 3: 1.0, 2: 2.0}[c], layers=4, counts=[4, 3, 2])
+    assert tried == [4, 3, 2]
+    assert session.kept == [4, 3] and session.used == [3] and session.plan_of == 3
+
+
+def test_search_profiles_the_chosen_count_again_when_it_cannot_use_the_kept_plan():
+    # The last trial's session went passive: a kept plan needs a planned session to go back to.
+    choice, tried, session = _search(lambda c: 1.0 if c == 4 else 2.0, layers=4, passive=[3])
+    assert tried == [4, 3]
+    assert choice.count == 4 and session.used == [] and session.reprofiles == 2
+    assert session.phase == "planned" and session.plan_of == 4
+    assert choice.returned_by == "profiled again"
 
 
 def test_without_timed_steps_the_search_ranks_counts_by_their_predicted_steps():
@@ -226,8 +260,10 @@ def test_without_timed_steps_the_search_ranks_counts_by_their_predicted_steps():
     assert [t.predicted_step_s for t in choice.trials] == [2.0, 1.0, 2.0]
     assert not any(t.failed for t in choice.trials)
     assert choice.count == 3 and r.count == 3 and session.phase == "planned"
-    # Two steps per trial (warm-up or profile, profile), then 3 profiled again: no timed step.
-    assert choice.steps == 2 + 1 + 1 + 1 == len(session.records)
+    # Two steps for the first trial (warm-up, profile), one for each other; 3 goes back to its
+    # kept plan without a step; no step is timed.
+    assert choice.steps == 2 + 1 + 1 == len(session.records)
+    assert session.used == [3]
     assert "3 recomputed: predicted 1.000 s (planned, not timed)" in lines[1]
 
 
@@ -289,3 +325,77 @@ def test_a_deepcopy_checkpoints_its_own_layers():
         for p in twin.blocks[3].parameters():
             p.zero_()
     assert not torch.equal(model(tokens, targets), twin(tokens, targets))
+
+
+def test_a_kept_plan_runs_again_after_another_count_and_training_stays_exact(tmp_path):
+    budget = footprint(Trainer) // 2
+    trainer = Trainer()
+    layers = recompute.Recomputation(trainer.model.blocks)
+    session = teraio.Session(gpu_budget=budget, ssd=[tmp_path], ssd_capacity="64MiB", device="cpu",
+                             warmup_steps=1, profile_steps=1, bandwidths=FAST)
+    with pytest.raises(teraio.Error, match="keeps the plan of a planned session; this one is warmup"):
+        session.keep_plan()
+
+    def until_planned():
+        for _ in range(4):
+            with session.step():
+                trainer.step()
+            if session.phase == "planned":
+                return
+        raise AssertionError(f"not planned: {session.phase}")
+
+    layers.set(4)
+    until_planned()
+    kept = session.keep_plan()
+    plan = session.report()["plan"]
+    assert kept.operators == plan["trace_ops"] and kept.migrations > 0
+    assert kept.predicted_step_s == plan["predicted_step_s"]
+    assert "migrations>" in repr(kept)
+
+    layers.set(0)
+    session.reprofile()
+    with pytest.raises(teraio.Error, match="replaces the plan of a planned session; this one is profile"):
+        session.use_plan(kept)
+    until_planned()
+    assert session.report()["plan"]["trace_ops"] != kept.operators  # another step, another plan
+
+    # Back to 4 recomputed layers on the kept plan: no profile step, nothing diverges.
+    layers.set(4)
+    session.use_plan(kept)
+    plan = session.report()["plan"]
+    assert plan["trace_ops"] == kept.operators and plan["predicted_step_s"] == kept.predicted_step_s
+    assert len(session.migrations()) == kept.migrations
+    for _ in range(2):
+        with session.step():
+            trainer.step()
+    steps = session.report()["steps"]
+    assert [s["phase"] for s in steps[-2:]] == ["planned", "planned"]
+    assert not any(s["diverged"] for s in steps), [s["diverged"] for s in steps]
+    assert all(s["bytes_offloaded"] > 0 for s in steps[-2:])
+
+    # A kept plan given to another step: the step diverges and runs reactively, as from any plan.
+    layers.set(2)
+    session.use_plan(kept)
+    with session.step():
+        trainer.step()
+    assert session.report()["steps"][-1]["diverged"]
+    session.close()
+    assert_same_training(reference(Trainer, len(trainer.losses)), trainer)
+
+
+def test_use_plan_inside_a_step_is_refused(tmp_path):
+    trainer = Trainer()
+    session = teraio.Session(gpu_budget=footprint(Trainer) // 2, ssd=[tmp_path], ssd_capacity="64MiB",
+                             device="cpu", warmup_steps=1, profile_steps=1, bandwidths=FAST)
+    for _ in range(2):
+        with session.step():
+            trainer.step()
+    kept = session.keep_plan()
+    with pytest.raises(teraio.Error, match="inside session.step"):
+        with session.step():
+            session.use_plan(kept)
+    with pytest.raises(TypeError):
+        session.use_plan("a plan")
+    session.close()
+    with pytest.raises(teraio.Error, match="closed"):
+        session.keep_plan()
