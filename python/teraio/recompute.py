@@ -120,8 +120,8 @@ class Choice:
     layers: int
     trials: list          # of Trial, in the order run
     steps: int            # training steps tune() ran
-    # How the session came back to the chosen count after trying others: "kept plan" (the
-    # chosen trial's plan runs again), "profiled again", or "" (the chosen count ran last).
+    # How the session came back to the chosen count after trying others: "its trial's plan
+    # kept" (the chosen trial's plan runs again), "profiled again", or "" (it ran last).
     returned_by: str = ""
 
     def describe(self) -> str:
@@ -193,7 +193,7 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
     say = progress or (lambda line: None)
     state = {"steps": 0}
     order: list = []  # the trials run
-    kept = {"count": None, "plan": None}  # the fastest planned trial's plan, for use_plan()
+    kept = {"trial": None, "plan": None}  # the fastest planned trial and its plan, for use_plan()
 
     def run_step():
         """One step; raises _PlanFailed when only the planning at its end failed."""
@@ -247,8 +247,8 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
                            0 if fastest is None else moved[fastest])
         order.append(result)
         if session.phase == "planned" and best() is result:
-            kept.update(count=None, plan=None)  # the old one goes before the copy is made
-            kept.update(count=count, plan=session.keep_plan())
+            kept.update(trial=None, plan=None)  # the old one goes before the copy is made
+            kept.update(trial=result, plan=session.keep_plan())
         say(f"trial {len(order)}: {result.describe()}")
         if on_trial is not None:
             on_trial(result)
@@ -287,16 +287,16 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
         raise _error("tune: no count of recomputed layers could be planned: " +
                      "; ".join(t.describe() for t in order), "infeasible")
     returned_by = ""
-    if order[-1].count != chosen.count:
+    if order[-1] is not chosen:
         recomputation.set(chosen.count)
-        if kept["count"] == chosen.count and session.phase == "planned":
+        if kept["trial"] is chosen and session.phase == "planned":
             session.use_plan(kept["plan"])
             returned_by = "its trial's plan kept"
-        else:
+        elif order[-1].count != chosen.count:  # (a count given twice runs on as it is)
             session.reprofile()
             run_steps_until_planned()
             returned_by = "profiled again"
-    kept.update(count=None, plan=None)
+    kept.update(trial=None, plan=None)
     choice = Choice(chosen.count, n, order, state["steps"], returned_by)
     say(choice.describe())
     return choice

@@ -300,10 +300,11 @@ class Session:
         return self._native.keep_plan()
 
     def use_plan(self, kept):
-        """Runs a plan `keep_plan()` returned from the next step on, without profiling again.
-        The step must be the one it was profiled from (one that is not diverges and runs
-        reactively, as from any plan). Only between steps of a planned session; from another
-        phase `reprofile()` is the way back to a plan."""
+        """Runs a plan this session's `keep_plan()` returned from the next step on, without
+        profiling again (retimes still due when it was kept run again). The step must be the one
+        it was profiled from (one that is not diverges and runs reactively, as from any plan).
+        Only between steps of a planned session; from another phase `reprofile()` is the way
+        back to a plan."""
         self._native.use_plan(kept)
 
     def locations(self):

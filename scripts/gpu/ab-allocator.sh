@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Same-machine A/B of the CUDA allocator (teraio.paged against PyTorch's caching allocator with
 # expandable segments) on W3 with 2 of 32 layers recomputed (bench/RESULTS.md, sessions 20-25).
-# One W3 run takes about 5 minutes, so each call of this script runs one side; run `paged` and
-# `caching` back to back on one warm machine.
+# One W3 run (3 measured steps) takes about 5 minutes, so each call of this script runs one side;
+# run `paged` and `caching` back to back on one warm machine.
 #   bash scripts/gpu/ab-allocator.sh tests            build, then the CUDA tests of the paged allocator
 #   bash scripts/gpu/ab-allocator.sh exact            W3 with 4 layers at 24 GiB, ideal and teraio-host, paged
 #   bash scripts/gpu/ab-allocator.sh paged|caching    one W3 run (AB_EXTRA: more arguments)
@@ -41,7 +41,7 @@ allocator=(--allocator paged)
 [ "$side" = caching ] && allocator=(--alloc-conf expandable_segments:True)
 # shellcheck disable=SC2086 # the extra arguments are split on purpose
 PYTHONPATH=python python3 bench/train_llm.py --workload W3 --budget 79GiB --modes teraio-recompute \
-  --recompute-counts 2 --recompute-measure 1 --warmup 1 --steps 2 --reserve 5GiB --host-budget 100GiB \
+  --recompute-counts 2 --recompute-measure 1 --warmup 1 --steps 3 --reserve 5GiB --host-budget 100GiB \
   "${allocator[@]}" --child-timeout 440 --out "$runs" ${AB_EXTRA:-} 2>&1 | tee "$out/w3-$side.log"
 status=${PIPESTATUS[0]}
 for f in "$runs"/W3-79GiB.md "$runs"/W3-79GiB.json; do

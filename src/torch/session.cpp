@@ -45,6 +45,12 @@ std::unique_ptr<io::DeviceCopier> make_copier(c10::Device device, io::CopyOrder 
 #endif
 }
 
+// Numbers the sessions of the process, so that a plan kept from one is not run by another.
+std::uint64_t next_session_serial() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
 }  // namespace
 
 std::string_view to_string(SessionPhase phase) {
@@ -59,7 +65,10 @@ std::string_view to_string(SessionPhase phase) {
 }
 
 Session::Session(SessionConfig config)
-    : tracks_writes_(config.keep_copies), config_(std::move(config)), device_(parse_device(config_.device)) {
+    : tracks_writes_(config.keep_copies),
+      config_(std::move(config)),
+      device_(parse_device(config_.device)),
+      serial_(next_session_serial()) {
   if (config_.warmup_steps < 0 || config_.profile_steps < 1) {
     throw Error(ErrorKind::kInvalidArgument, cat("warmup_steps must be >= 0 and profile_steps >= 1 (got ",
                                                  config_.warmup_steps, " and ", config_.profile_steps, ")"));
@@ -371,12 +380,16 @@ std::shared_ptr<KeptPlan> Session::keep_plan() {
         ErrorKind::kInvalidArgument,
         cat("session.keep_plan() keeps the plan of a planned session; this one is ", to_string(phase_)));
   }
-  return std::make_shared<KeptPlan>(KeptPlan{*trace_, *plan_, prediction_, retiming_});
+  return std::make_shared<KeptPlan>(KeptPlan{serial_, *trace_, *plan_, prediction_, retiming_, retime_left_});
 }
 
 void Session::use_plan(const KeptPlan& kept) {
   std::lock_guard lock(mutex_);
   check_between_steps("session.use_plan()");
+  if (kept.session != serial_) {
+    throw Error(ErrorKind::kInvalidArgument,
+                "session.use_plan() takes a plan this session kept: another session's names other tensors");
+  }
   if (phase_ != SessionPhase::kPlanned) {
     throw Error(ErrorKind::kInvalidArgument,
                 cat("session.use_plan() replaces the plan of a planned session; this one is ",
@@ -385,7 +398,7 @@ void Session::use_plan(const KeptPlan& kept) {
   trace_ = kept.trace;
   plan_ = kept.plan;
   retiming_ = kept.retiming;
-  retime_left_ = 0;  // the kept plan was timed already, when it ran
+  retime_left_ = kept.retime_left;
   divergent_steps_ = 0;
   prediction_ = kept.prediction;  // simulating the plan again would give the same figures
   hand_plan_to_executor();

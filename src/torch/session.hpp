@@ -130,10 +130,12 @@ struct Retiming {
 // step can run it again later: recompute.tune() returns to a count it measured earlier without
 // profiling it again, and so runs the plan it timed, not a new one from another profile.
 struct KeptPlan {
+  std::uint64_t session = 0;  // the serial of the session it was kept from: ids are its own
   trace::Trace trace;
   plan::PlanResult plan;
   std::optional<PlanPrediction> prediction;
   std::optional<Retiming> retiming;
+  int retime_left = 0;  // planned steps still to time when kept (a plan not yet retimed)
 };
 
 struct StepRecord {
@@ -201,10 +203,11 @@ class Session {
   std::uint64_t track(const std::vector<at::Tensor>& tensors);
   // The plan the session runs, with its profile (a copy); only in the planned phase.
   std::shared_ptr<KeptPlan> keep_plan();
-  // Runs `kept` from the next step on, as if its profile had just been planned. The step must be
-  // the one it was profiled from; one that is not diverges, as it would from any plan. Only in
-  // the planned phase, between steps: from another phase the tensors that live across steps
-  // may not all be tracked, and only a profile finds them.
+  // Runs `kept` from the next step on, as if its profile had just been planned (its retimes still
+  // due run as they would have). The step must be the one it was profiled from; one that is not
+  // diverges, as it would from any plan. Only a plan this session kept, only in the planned
+  // phase, between steps: from another phase the tensors that live across steps may not all be
+  // tracked, and only a profile finds them.
   void use_plan(const KeptPlan& kept);
   void close();
 
@@ -341,6 +344,7 @@ class Session {
   void take_hole();
   void open_hole(OpIndex k);
 
+  const std::uint64_t serial_;  // tells this session's kept plans from another's
   mutable std::recursive_mutex mutex_;
   SessionPhase phase_ = SessionPhase::kWarmup;
   int phase_steps_left_ = 0;

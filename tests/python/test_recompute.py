@@ -156,8 +156,9 @@ class FakeSession:
         self.time_of, self.recomputation, self.unplannable = time_of, recomputation, set(unplannable)
         self.passive = set(passive)  # counts whose profile needs no plan: the session goes passive
         self.phase, self.left, self.last_step, self.reprofiles = "warmup", 2, None, 0
-        self.plan_of = None  # the count the running plan was profiled at
+        self.plan_of, self.plans = None, 0  # the count the running plan was profiled at; plans made
         self.kept, self.used = [], []  # counts of the plans keep_plan() and use_plan() saw
+        self.used_plans = []  # which plan (1 for the first made) use_plan() got
         self.device = "cpu"
         self.records = []
         self.predicted_of = None  # the simulator's step for a count's plan
@@ -170,12 +171,13 @@ class FakeSession:
     def keep_plan(self):
         assert self.phase == "planned", self.phase
         self.kept.append(self.plan_of)
-        return self.plan_of
+        return self.plan_of, self.plans
 
     def use_plan(self, kept):
         assert self.phase == "planned", self.phase
-        self.used.append(kept)
-        self.plan_of = kept
+        self.plan_of, number = kept
+        self.used.append(self.plan_of)
+        self.used_plans.append(number)
 
     @contextlib.contextmanager
     def step(self):
@@ -190,7 +192,7 @@ class FakeSession:
                     self.phase, planned_now = "passive", True  # planning found nothing to move
                 else:
                     self.phase, planned_now = "planned", True
-                    self.plan_of = self.recomputation.count
+                    self.plan_of, self.plans = self.recomputation.count, self.plans + 1
         self.records.append({"step": len(self.records), "plan_error": plan_error})
         if plan_error:
             error = teraio.Error(plan_error)
@@ -238,6 +240,18 @@ def test_only_a_faster_trial_replaces_the_kept_plan():
     _, tried, session = _search(lambda c: {4: 3.0, 3: 1.0, 2: 2.0}[c], layers=4, counts=[4, 3, 2])
     assert tried == [4, 3, 2]
     assert session.kept == [4, 3] and session.used == [3] and session.plan_of == 3
+
+
+def test_a_count_given_twice_goes_back_to_the_plan_of_its_faster_trial():
+    times = [1.0, 3.0, 2.0]  # 4, then 3, then 4 again: the first trial of 4 is the fastest
+    r = recompute.Recomputation([torch.nn.Linear(1, 1) for _ in range(4)])
+    session = FakeSession(lambda c: times[session.reprofiles], r)
+    choice = recompute.tune(session, r, lambda: None, counts=[4, 3, 4], measure_steps=1, progress=None)
+    assert [t.step_s for t in choice.trials] == [1.0, 3.0, 2.0]
+    assert choice.trials[0].step_s == 1.0 and choice.count == 4
+    assert session.used == [4] and session.used_plans == [1]  # the first trial's, not the last's
+    assert choice.returned_by == "its trial's plan kept"
+    assert session.reprofiles == 2  # for 3 and for 4 again: none to go back
 
 
 def test_search_profiles_the_chosen_count_again_when_it_cannot_use_the_kept_plan():
@@ -372,6 +386,7 @@ def test_a_kept_plan_runs_again_after_another_count_and_training_stays_exact(tmp
     assert [s["phase"] for s in steps[-2:]] == ["planned", "planned"]
     assert not any(s["diverged"] for s in steps), [s["diverged"] for s in steps]
     assert all(s["bytes_offloaded"] > 0 for s in steps[-2:])
+    assert all(s["planned_offloads"] > 0 for s in steps[-2:])  # the executor carries the plan out
 
     # A kept plan given to another step: the step diverges and runs reactively, as from any plan.
     layers.set(2)
@@ -381,6 +396,27 @@ def test_a_kept_plan_runs_again_after_another_count_and_training_stays_exact(tmp
     assert session.report()["steps"][-1]["diverged"]
     session.close()
     assert_same_training(reference(Trainer, len(trainer.losses)), trainer)
+
+
+def test_a_kept_plan_keeps_its_retimes_due_and_its_session(tmp_path):
+    trainer = Trainer()
+    session = teraio.Session(gpu_budget=footprint(Trainer) // 2, ssd=[tmp_path], ssd_capacity="64MiB",
+                             device="cpu", warmup_steps=1, profile_steps=1, bandwidths=FAST, retime_steps=1)
+    for _ in range(2):
+        with session.step():
+            trainer.step()
+    assert session.phase == "planned" and session.retime_steps_left == 1
+    kept = session.keep_plan()  # planned from the profile, not yet retimed
+    with session.step():
+        trainer.step()
+    assert session.last_step["retimed"] and session.retime_steps_left == 0
+    session.use_plan(kept)
+    assert session.retime_steps_left == 1  # the kept plan is retimed as it would have been
+    other = teraio.Session(gpu_budget=footprint(Trainer) // 2, device="cpu")
+    with pytest.raises(teraio.Error, match="takes a plan this session kept"):
+        other.use_plan(kept)
+    other.close()
+    session.close()
 
 
 def test_use_plan_inside_a_step_is_refused(tmp_path):
