@@ -28,6 +28,7 @@ A quick check on a CPU (no transformers needed: the tiny workload falls back to 
 """
 
 import argparse
+import collections
 import contextlib
 import dataclasses
 import datetime
@@ -762,14 +763,20 @@ def session_fields(native):
 def tune_recomputation(args, lm, session, step, prefix):
     """teraio-recompute: tune() picks how many of the last decoder layers to recompute; what it
     tried goes to the result. With --save-trace, every trial's profile (and plan) is saved as
-    PREFIX-cCOUNT-trace.tiotrace, so that each count's bound can be taken (bench/bounds.py)."""
+    PREFIX-cCOUNT-trace.tiotrace, so that each count's bound can be taken (bench/bounds.py); a
+    count tried again (`--recompute-counts 0,1,0`) as PREFIX-cCOUNT-N, N its trial of that count,
+    so that two profiles of one step can be compared."""
     from teraio import recompute
 
+    saved = collections.Counter()
+
     def save_trial(trial):
+        saved[trial.count] += 1
+        again = f"-{saved[trial.count]}" if saved[trial.count] > 1 else ""
         if trial.failed:  # a failed trial has a profile but no plan
-            session.save_trace(f"{prefix}-c{trial.count}-trace.tiotrace")
+            session.save_trace(f"{prefix}-c{trial.count}{again}-trace.tiotrace")
         else:
-            save_trace_and_plan(session, f"{prefix}-c{trial.count}")
+            save_trace_and_plan(session, f"{prefix}-c{trial.count}{again}")
 
     counts = parse_counts(args.recompute_counts) if args.recompute_counts else None
     choice = recompute.tune(session, lm.blocks, step, counts=counts,

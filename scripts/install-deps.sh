@@ -9,7 +9,7 @@ packages=(
   nlohmann-json3-dev libxxhash-dev liburing-dev pybind11-dev
   python3 python3-dev python3-pytest python3-numpy python3-matplotlib python3-tqdm
   python3-torch libtorch-dev python3-venv python3-pip python3-setuptools
-  fio
+  fio xz-utils
 )
 
 missing=()

@@ -167,8 +167,8 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
     The fastest trial's plan is kept (`session.keep_plan()`); when the search ends on another
     count, the session goes back to the chosen one with that plan (`session.use_plan()`), so the
     steps after tune() run the plan that was timed, and no step is spent profiling again. Two
-    profiles of the same step give different plans (operator times vary), and on W2 and W3 the
-    steps after a new profile ran slower than the chosen trial's (bench/RESULTS.md, session 27). When
+    profiles of the same step can give plans that run differently: on W2 and W3 the steps after
+    a new profile ran slower than the chosen trial's (bench/RESULTS.md, session 27). When
     no plan was kept (the chosen trial or the last one was not planned), the chosen count is
     profiled again.
 

@@ -7,14 +7,11 @@
 #include <numeric>
 
 #include "planner_run.hpp"
+#include "stall_patience.hpp"
 #include "teraio/plan/simulator.hpp"
 
 namespace teraio::plan::detail {
 namespace {
-
-// Rounds without a better simulated step before the search stops: more waits rarely help
-// once several rounds of them have not (each round costs a planner run and a simulation).
-constexpr int kPatience = 6;
 
 // Adds waits around every run of operators still over budget: the time the run's largest
 // excess takes to leave at full bandwidth, scaled by `damping` (the greedy overshoots when
@@ -70,9 +67,9 @@ PlanResult plan_with_stalls(const Prepared& prep, const Hardware& hw, const Plan
   // while a round brings the total excess no lower, the next adds twice as much.
   double scale = options.stall_damping;
   std::int64_t excess = total_excess(demand_after, budget);
+  StallPatience patience(options.stall_patience, best.stats.simulated_step_s, excess);
   int rounds = 0;
-  int since_better = 0;
-  for (bool fits = false; !fits && rounds < options.stall_rounds && since_better < kPatience;) {
+  for (bool fits = false; !fits && rounds < options.stall_rounds && !patience.exhausted();) {
     add_waits(demand_after, budget, out_rate, scale, wait_after_s);
     retime(slower, wait_after_s);
     PlanResult round = plan_once(slower, hw, options, &demand_after);
@@ -82,9 +79,7 @@ PlanResult plan_with_stalls(const Prepared& prep, const Hardware& hw, const Plan
     scale = now_excess < excess ? options.stall_damping : 2 * scale;
     excess = now_excess;
     const double step = simulated_step(round.plan);
-    ++since_better;
-    if (step < best.stats.simulated_step_s) {
-      since_better = 0;
+    if (patience.shorter(step, now_excess)) {
       // What the stall-free run found stays: its diagnosis and its simulated step.
       round.diagnosis = std::move(best.diagnosis);
       round.stats.stall_free_step_s = best.stats.stall_free_step_s;

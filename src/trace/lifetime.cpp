@@ -1,6 +1,7 @@
 #include "teraio/trace/lifetime.hpp"
 
 #include <algorithm>
+#include <random>
 
 #include "teraio/core/error.hpp"
 #include "teraio/core/strings.hpp"
@@ -93,6 +94,14 @@ void scale_durations(Trace& trace, double factor) {
   if (!(factor > 0) || factor > 100)
     throw Error(ErrorKind::kInvalidArgument, cat("the time scale must be in (0, 100], not ", factor));
   for (Operator& op : trace.ops) op.duration_s *= factor;
+}
+
+void jitter_durations(Trace& trace, double spread, std::uint64_t seed) {
+  if (!(spread >= 0) || spread >= 1)
+    throw Error(ErrorKind::kInvalidArgument, cat("the jitter must be in [0, 1), not ", spread));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> factor(1 - spread, 1 + spread);
+  for (Operator& op : trace.ops) op.duration_s *= factor(rng);
 }
 
 Trace extract_step(const Trace& trace, std::size_t step) {

@@ -306,3 +306,21 @@ def test_on_cuda_flush_sizes_reads_the_allocators_history():
     assert s["flushes"] >= 1 and s["unmapped_bytes"] >= 96 << 20, s
     assert s["alloc_retries"] == 0 and s["history_full"] is False  # emptied by hand, no retry
     assert any(row["size"] == 96 << 20 and "test_bench_train_llm.py" in row["site"] for row in s["by_request"]), s
+
+
+def test_a_count_tried_twice_saves_both_profiles_and_goes_back_to_the_faster(tmp_path, swap_dir):
+    out = tmp_path / "out"
+    done = run_bench("--workload", "tiny", "--modes", "teraio-recompute", "--steps", "2", "--teraio-budget", "1MiB",
+                     "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--out", str(out),
+                     "--recompute-tier", "ssd", "--recompute-counts", "2,0,2", "--save-trace")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    # Both profiles of 2 recomputed layers, each with its plan, beside the one of 0.
+    for name in ("c2", "c0", "c2-2"):
+        assert (out / f"tiny-nocap-teraio-recompute-{name}-trace.tiotrace").is_file(), name
+        assert list(out.glob(f"tiny-nocap-teraio-recompute-{name}-plan.*")), name
+    recompute = json.loads((out / "tiny-nocap.json").read_text())["modes"]["teraio-recompute"]["recompute"]
+    trials = recompute["trials"]
+    assert [t["count"] for t in trials] == [2, 0, 2]
+    fastest = min(trials, key=lambda t: t["step_s"])
+    # The last trial chosen: nothing to go back to; else back on the chosen trial's own plan.
+    assert recompute["returned_by"] == ("" if fastest is trials[2] else "its trial's plan kept"), recompute

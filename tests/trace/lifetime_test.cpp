@@ -183,6 +183,35 @@ TEST(ScaleDurations, MultipliesEveryOperatorAndRefusesBadFactors) {
   EXPECT_EQ(op_start_times(t).back(), 1.75);
 }
 
+TEST(JitterDurations, DrawsEachOperatorsFactorFromTheSpreadAndRepeatsForASeed) {
+  Trace t = teraio::testing::trace_of_durations(std::vector<double>(200, 1.0));
+  add_tensor(t, 10, {0, 199});
+  Trace same = t;
+  Trace other = t;
+  jitter_durations(t, 0.1, 7);
+  jitter_durations(same, 0.1, 7);
+  jitter_durations(other, 0.1, 8);
+  double low = 2;
+  double high = 0;
+  for (std::size_t k = 0; k < t.ops.size(); ++k) {
+    EXPECT_EQ(t.ops[k].duration_s, same.ops[k].duration_s) << k;
+    low = std::min(low, t.ops[k].duration_s);
+    high = std::max(high, t.ops[k].duration_s);
+  }
+  EXPECT_GE(low, 0.9);
+  EXPECT_LE(high, 1.1);
+  EXPECT_LT(low, 0.92);  // 200 draws reach near both ends
+  EXPECT_GT(high, 1.08);
+  EXPECT_NE(op_start_times(t).back(), op_start_times(other).back());
+  EXPECT_EQ(t.tensors[0].uses, (std::vector<OpIndex>{0, 199}));
+  Trace still = same;
+  jitter_durations(still, 0, 3);
+  EXPECT_EQ(op_start_times(still), op_start_times(same));
+  for (const double bad : {-0.1, 1.0, 2.0, std::nan("")}) {
+    EXPECT_THROW(jitter_durations(t, bad, 1), Error) << bad;
+  }
+}
+
 TEST(ExtractStep, ReindexesOpsAndDropsUnusedTensors) {
   Trace t = make_trace({1, 2, 3, 4, 5});
   t.step_begins = {0, 2};

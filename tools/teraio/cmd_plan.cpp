@@ -45,7 +45,7 @@ int run_plan(const std::vector<std::string>& raw_args) {
   opts.add_flag("over-budget-credit", "credit a migration only with the over-budget bytes it removes");
   add_stall_options(opts);
   add_hardware_options(opts);
-  add_time_scale_option(opts);
+  add_operator_time_options(opts);
   std::vector<std::string> args;
   for (const std::string& a : raw_args) args.push_back(a == "-o" ? "--output" : a);
   if (!opts.parse(args)) {

@@ -99,7 +99,7 @@ int run_simulate(const std::vector<std::string>& args) {
                 "keep the budget hard: wait for offloads, evict and fetch on demand (reactive mode)");
   add_stall_options(opts);
   add_hardware_options(opts);
-  add_time_scale_option(opts);
+  add_operator_time_options(opts);
   if (!opts.parse(args)) {
     std::printf("%s", opts.help().c_str());
     return 0;

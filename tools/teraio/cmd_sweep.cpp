@@ -30,7 +30,7 @@ int run_sweep(const std::vector<std::string>& args) {
   opts.add("csv", "write the points as CSV to this file", "sweep.csv");
   opts.add("plot", "also write a PNG plot (via scripts/plot_sweep.py); empty to skip", "sweep.png");
   add_hardware_options(opts);
-  add_time_scale_option(opts);
+  add_operator_time_options(opts);
   if (!opts.parse(args)) {
     std::printf("%s", opts.help().c_str());
     return 0;

@@ -65,20 +65,33 @@ inline trace::Trace one_step(trace::Trace t, std::int64_t step) {
   return t;
 }
 
-inline void add_time_scale_option(Options& opts) {
+inline void add_operator_time_options(Options& opts) {
   opts.add("time-scale",
            "multiply every operator's time by this factor: measured GPU time over the profiled step "
            "calibrates a TeraIO profile, whose operator times are inflated",
            "1");
+  opts.add("jitter",
+           "multiply each operator's time by its own factor in [1 - J, 1 + J], after --time-scale, as two "
+           "profiles of one step differ (0: off)",
+           "0");
+  opts.add("seed", "the jitter's random seed", "1");
 }
 
-// The step to plan (--step) with its operator times scaled (--time-scale), said when scaled.
+// The step to plan (--step) with its operator times scaled (--time-scale) and jittered (--jitter),
+// said when they are.
 inline trace::Trace load_step(const Options& opts) {
   trace::Trace t = one_step(trace::load_trace(*opts.positional("trace")), opts.integer("step"));
   const double factor = opts.number("time-scale");
   if (factor != 1) {
     trace::scale_durations(t, factor);
     std::printf("operator times scaled by %g\n", factor);
+  }
+  const double spread = opts.number("jitter");
+  if (spread != 0) {
+    const auto seed = static_cast<std::uint64_t>(opts.integer("seed"));
+    trace::jitter_durations(t, spread, seed);
+    std::printf("operator times jittered by up to %g%% (seed %llu)\n", spread * 100,
+                static_cast<unsigned long long>(seed));
   }
   return t;
 }

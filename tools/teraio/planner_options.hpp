@@ -15,12 +15,16 @@ inline void add_stall_options(Options& opts) {
            "reactive eviction)",
            cat(d.stall_rounds));
   opts.add("stall-damping", "share of the missing transfer time one stall round adds", cat(d.stall_damping));
+  opts.add("stall-patience", "rounds without a shorter simulated step before the stall search stops",
+           cat(d.stall_patience));
 }
 
 inline void apply_stall_options(const Options& opts, plan::PlannerOptions& po) {
   po.stall_rounds = static_cast<int>(opts.integer("stall-rounds"));
   po.stall_damping = opts.number("stall-damping");
+  po.stall_patience = static_cast<int>(opts.integer("stall-patience"));
   if (po.stall_rounds < 0) throw Error(ErrorKind::kInvalidArgument, "--stall-rounds must be >= 0");
+  if (po.stall_patience < 1) throw Error(ErrorKind::kInvalidArgument, "--stall-patience must be >= 1");
   if (!(po.stall_damping > 0) || po.stall_damping > 10)
     throw Error(ErrorKind::kInvalidArgument, "--stall-damping must be in (0, 10]");
 }

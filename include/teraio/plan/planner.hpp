@@ -44,10 +44,15 @@ struct PlannerOptions {
   // up to stall_rounds times or until the plan fits; the plan with the shortest step that the
   // simulator predicts, holding the budget hard, is kept (the stall-free one included, so this
   // never predicts worse). 0 disables it. Single-step traces only.
-  int stall_rounds = 24;
+  int stall_rounds = 64;
   // Share of the time the largest excess of each over-budget run needs at full bandwidth that
   // one round adds (more converges in fewer rounds; less plans fewer waits: docs/planner.md).
   double stall_damping = 0.5;
+  // Rounds in a row with neither a shorter simulated step nor less left over the budget before
+  // the stall search stops (each round costs a planner run and a simulation). A round that only
+  // lowers the excess counts as progress: the plan that fits, often the first with a shorter
+  // step, can come many rounds after the last shorter one (W2's profiles, session 27).
+  int stall_patience = 6;
 };
 
 // What the planner did, for reports and for comparing planner variants.

@@ -61,4 +61,10 @@ Trace extract_step(const Trace& trace, std::size_t step);
 // Throws Error{kInvalidArgument} unless 0 < factor <= 100.
 void scale_durations(Trace& trace, double factor);
 
+// Every operator's duration multiplied by its own factor drawn uniformly from
+// [1 - spread, 1 + spread] (std::mt19937_64 seeded with `seed`: the same seed, the same times).
+// Two profiles of one step differ this way; planning on jittered copies shows how much a plan
+// depends on the profile it was made from. Throws Error{kInvalidArgument} unless 0 <= spread < 1.
+void jitter_durations(Trace& trace, double spread, std::uint64_t seed);
+
 }  // namespace teraio::trace
