@@ -45,6 +45,18 @@ class Trainer:
 
 
 
+def _two_planned_steps_as_planned(session, trainer):
+    """Two more steps run the session's plan: planned, no step diverged, the executor moving
+    what the plan says (planned offloads)."""
+    for _ in range(2):
+        with session.step():
+            trainer.step()
+    steps = session.report()["steps"]
+    assert [s["phase"] for s in steps[-2:]] == ["planned", "planned"]
+    assert not any(s["diverged"] for s in steps), [s["diverged"] for s in steps]
+    assert all(s["bytes_offloaded"] > 0 and s["planned_offloads"] > 0 for s in steps[-2:])
+
+
 def test_recomputation_wraps_the_last_layers_and_unwraps_them():
     model, _ = _setup()
     r = recompute.Recomputation(model.blocks)
@@ -96,13 +108,7 @@ def test_tune_measures_every_count_and_keeps_training_exact(tmp_path):
     assert len(lines) == 4 and lines[-1].startswith("recompute ")
     # Planned for the chosen count: later steps run that plan without diverging.
     assert session.phase == "planned"
-    for _ in range(2):
-        with session.step():
-            trainer.step()
-    steps = session.report()["steps"]
-    assert [s["phase"] for s in steps[-2:]] == ["planned", "planned"]
-    assert not any(s["diverged"] for s in steps), [s["diverged"] for s in steps]
-    assert sum(s["bytes_offloaded"] for s in steps[-2:]) > 0
+    _two_planned_steps_as_planned(session, trainer)
     session.close()
     assert_same_training(reference(Trainer, len(trainer.losses)), trainer)
 
@@ -379,14 +385,7 @@ def test_a_kept_plan_runs_again_after_another_count_and_training_stays_exact(tmp
     plan = session.report()["plan"]
     assert plan["trace_ops"] == kept.operators and plan["predicted_step_s"] == kept.predicted_step_s
     assert len(session.migrations()) == kept.migrations
-    for _ in range(2):
-        with session.step():
-            trainer.step()
-    steps = session.report()["steps"]
-    assert [s["phase"] for s in steps[-2:]] == ["planned", "planned"]
-    assert not any(s["diverged"] for s in steps), [s["diverged"] for s in steps]
-    assert all(s["bytes_offloaded"] > 0 for s in steps[-2:])
-    assert all(s["planned_offloads"] > 0 for s in steps[-2:])  # the executor carries the plan out
+    _two_planned_steps_as_planned(session, trainer)
 
     # A kept plan given to another step: the step diverges and runs reactively, as from any plan.
     layers.set(2)
