@@ -201,6 +201,9 @@ def parse_args(argv):
                    help="TeraIO modes: Session(retime_steps=N): the first N planned steps after each profile time "
                         "their operators again and the session plans anew on those times (default %(default)s); "
                         "these steps count as warm-up")
+    p.add_argument("--stall-rounds", type=int, default=None, metavar="N",
+                   help="TeraIO modes: Session(stall_rounds=N): rounds of the planner's stall search (default: the "
+                        "planner's, 64; 24 before session 27)")
     p.add_argument("--gpu-profile", action="store_true",
                    help="after the measured steps, run one more step under torch.profiler (CUDA) and report "
                         "where its GPU time went (bench/gpu_profile.py): kernels, idle time with and without "
@@ -242,9 +245,9 @@ def parse_args(argv):
     if unknown:
         p.error(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(MODES)}")
     if args.steps < 1 or args.warmup < 0 or args.profile_steps < 1 or args.recompute_trials < 1 \
-            or args.recompute_measure < 0 or args.retime < 0:
+            or args.recompute_measure < 0 or args.retime < 0 or (args.stall_rounds or 0) < 0:
         p.error("--steps, --profile-steps and --recompute-trials must be at least 1, "
-                "--warmup, --recompute-measure and --retime at least 0")
+                "--warmup, --recompute-measure, --retime and --stall-rounds at least 0")
     try:
         for name in ("budget", "reserve", "teraio_budget", "host_budget", "mixed_host_budget", "ssd_capacity"):
             if getattr(args, name) is not None:
@@ -537,7 +540,8 @@ def open_session(args, mode, device):
                           device=device, record_releases=args.release_tracking == "on",
                           copy_order=args.copy_order, recast_weights=args.recast_weights == "on",
                           recast_activations=args.recast_activations == "on", keep_copies=args.keep_copies == "on",
-                          retime_steps=args.retime, reuse_blocks=args.reuse_blocks == "on",
+                          retime_steps=args.retime, stall_rounds=args.stall_rounds,
+                          reuse_blocks=args.reuse_blocks == "on",
                           hole_bytes=args.hole,
                           bandwidths={"duplex": parse_rate(args.pcie_duplex)} if args.pcie_duplex else None)
 
@@ -1138,7 +1142,8 @@ def table_notes(table):
     for name, entry in table["modes"].items():
         plan = (entry.get("teraio") or {}).get("plan") or {}
         if plan.get("hardware"):
-            notes.append(f"- {name}: planned for {plan['hardware']}")
+            rounds = f"; stall search: {plan['stall_rounds']} round(s)" if "stall_rounds" in plan else ""
+            notes.append(f"- {name}: planned for {plan['hardware']}{rounds}")
         if plan.get("retimed_steps"):
             notes.append(f"- {name}: planned again on the operator times of {plan['retimed_steps']} planned step(s): "
                          f"operators {plan['profiled_step_s_before_retime']:.3f} s -> {plan['profiled_step_s']:.3f} s, "

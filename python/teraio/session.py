@@ -181,6 +181,7 @@ class Session:
         recast_activations=False,
         keep_copies=False,
         retime_steps=0,
+        stall_rounds=None,
         reuse_blocks=False,
         hole_bytes=0,
     ):
@@ -201,6 +202,7 @@ class Session:
             "warmup_steps": int(warmup_steps),
             "profile_steps": int(profile_steps),
             "retime_steps": int(retime_steps),
+            "stall_rounds": None if stall_rounds is None else int(stall_rounds),
             "min_tensor_bytes": _size(min_tensor_bytes, "min_tensor_bytes"),
             "rank": int(rank),
             "fault_injection": bool(_fault_injection),

@@ -272,6 +272,11 @@ void diagnose(const Prepared& prep, const Hardware& hw, const PlannerOptions& op
 PlanResult make_plan(const trace::Trace& trace, const Hardware& hardware, const PlannerOptions& options) {
   const auto begin = std::chrono::steady_clock::now();
   check_inputs(trace, hardware);
+  if (options.stall_rounds < 0 || options.stall_patience < 1) {
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("the stall search needs stall_rounds >= 0 and stall_patience >= 1 (got ",
+                    options.stall_rounds, " and ", options.stall_patience, ")"));
+  }
   const Prepared prep = prepare(trace);
   std::vector<std::int64_t> demand_after;
   PlanResult result = plan_once(prep, hardware, options, &demand_after);

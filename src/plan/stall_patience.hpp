@@ -6,9 +6,10 @@
 namespace teraio::plan::detail {
 
 // Counts the stall search's rounds that made no progress: neither a shorter simulated step nor
-// a new low of the bytes left over the budget. A lower excess is progress towards the plan
-// that fits, which is often the first with a shorter step; on W2's profiles it came 16-20
-// rounds after the last shorter step (bench/RESULTS.md, session 27).
+// a new low of the bytes left over the budget. A lower excess is progress towards a plan that
+// fits, whose step can be shorter than any before it: on W2's profile with no layer recomputed
+// it came at round 22, where counting only shorter steps had stopped at round 8 (bench/RESULTS.md,
+// session 27).
 class StallPatience {
  public:
   // `step_s` and `excess` are the stall-free plan's.

@@ -148,6 +148,7 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   c.warmup_steps = get("warmup_steps", 1);
   c.profile_steps = get("profile_steps", 2);
   c.retime_steps = get("retime_steps", 0);
+  c.stall_rounds = get("stall_rounds", c.stall_rounds);
   c.rank = get("rank", 0);
   c.min_tensor_bytes = get("min_tensor_bytes", std::uint64_t{4096});
   c.d2h_bandwidth = get("d2h", 0.0);

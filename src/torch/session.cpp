@@ -77,6 +77,10 @@ Session::Session(SessionConfig config)
     throw Error(ErrorKind::kInvalidArgument,
                 cat("retime_steps must be >= 0 (got ", config_.retime_steps, ")"));
   }
+  if (config_.stall_rounds < 0) {
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("stall_rounds must be >= 0 (got ", config_.stall_rounds, ")"));
+  }
   if (!config_.ssd_paths.empty() && config_.ssd_capacity == 0) {
     throw Error(ErrorKind::kInvalidArgument, "ssd paths given but ssd_capacity is 0");
   }
@@ -430,7 +434,9 @@ void Session::make_plan() {
     return;
   }
   trace::validate(*trace_);
-  plan_ = plan::make_plan(*trace_, hardware_);
+  plan::PlannerOptions options;
+  options.stall_rounds = config_.stall_rounds;
+  plan_ = plan::make_plan(*trace_, hardware_, options);
   const std::vector<std::uint64_t> active = trace::active_bytes(*trace_);
   const auto worst = std::max_element(active.begin(), active.end());
   if (worst != active.end() && *worst > hardware_.gpu_budget) {

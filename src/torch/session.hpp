@@ -51,6 +51,10 @@ struct SessionConfig {
   // times overstate what a planned step's kernels take (7-17% on the H100, bench/RESULTS.md);
   // a plan made on them issues its prefetches too late for the faster real step. 0: never.
   int retime_steps = 0;
+  // The planner's stall search (plan::PlannerOptions::stall_rounds): more rounds can reach a
+  // plan that fits where the stall-free one does not, at more planning time (W3: 64 rounds
+  // about twice 24's). 0: none, the shortfall left to reactive eviction.
+  int stall_rounds = plan::PlannerOptions{}.stall_rounds;
   int rank = 0;
   std::uint64_t min_tensor_bytes = 4096;  // smaller storages are not worth an I/O request
   // Bandwidths in bytes/s for the planner; 0: measured by a probe of the tiers at start-up.

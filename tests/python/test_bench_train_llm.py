@@ -312,8 +312,12 @@ def test_a_count_tried_twice_saves_both_profiles_and_goes_back_to_the_faster(tmp
     out = tmp_path / "out"
     done = run_bench("--workload", "tiny", "--modes", "teraio-recompute", "--steps", "2", "--teraio-budget", "1MiB",
                      "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--out", str(out),
-                     "--recompute-tier", "ssd", "--recompute-counts", "2,0,2", "--save-trace")
+                     "--recompute-tier", "ssd", "--recompute-counts", "2,0,2", "--save-trace", "--stall-rounds", "0")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    # The notes say how many rounds the stall search ran (here none: the tiny plan fits without
+    # waits, whatever the cap; tests/python/test_recompute.py checks the cap itself).
+    assert "; stall search: 0 round(s)" in (out / "tiny-nocap.md").read_text()
+    assert json.loads((out / "tiny-nocap.json").read_text())["args"]["stall_rounds"] == 0
     # Both profiles of 2 recomputed layers, each with its plan, beside the one of 0.
     for name in ("c2", "c0", "c2-2"):
         assert (out / f"tiny-nocap-teraio-recompute-{name}-trace.tiotrace").is_file(), name

@@ -434,3 +434,25 @@ def test_use_plan_inside_a_step_is_refused(tmp_path):
     session.close()
     with pytest.raises(teraio.Error, match="closed"):
         session.keep_plan()
+
+
+def test_stall_rounds_caps_the_planners_stall_search_and_training_stays_exact(tmp_path):
+    # Links too slow for the stall-free plan to fit: the planner plans waits, round by round.
+    slow = {key: 2e7 for key in ("d2h", "h2d", "ssd_read", "ssd_write")}
+    rounds = {}
+    for cap in (None, 3, 0):
+        trainer = Trainer()
+        (tmp_path / str(cap)).mkdir()
+        session = teraio.Session(gpu_budget=footprint(Trainer) // 2, ssd=[tmp_path / str(cap)], ssd_capacity="64MiB",
+                                 device="cpu", warmup_steps=1, profile_steps=1, bandwidths=slow, stall_rounds=cap)
+        for _ in range(3):
+            with session.step():
+                trainer.step()
+        plan = session.report()["plan"]
+        assert session.phase == "planned" and plan["stall_free"] is False, plan
+        rounds[cap] = plan["stall_rounds"]
+        session.close()
+        assert_same_training(reference(Trainer, 3), trainer)
+    assert rounds[0] == 0 and rounds[3] == 3 and rounds[None] > 3, rounds
+    with pytest.raises(teraio.Error, match="stall_rounds must be >= 0"):
+        teraio.Session(gpu_budget="1GiB", device="cpu", stall_rounds=-1)

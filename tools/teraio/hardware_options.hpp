@@ -88,7 +88,9 @@ inline trace::Trace load_step(const Options& opts) {
   }
   const double spread = opts.number("jitter");
   if (spread != 0) {
-    const auto seed = static_cast<std::uint64_t>(opts.integer("seed"));
+    const std::int64_t given = opts.integer("seed");
+    if (given < 0) throw Error(ErrorKind::kInvalidArgument, cat("--seed must be >= 0 (got ", given, ")"));
+    const auto seed = static_cast<std::uint64_t>(given);
     trace::jitter_durations(t, spread, seed);
     std::printf("operator times jittered by up to %g%% (seed %llu)\n", spread * 100,
                 static_cast<unsigned long long>(seed));

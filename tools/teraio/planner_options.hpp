@@ -15,7 +15,9 @@ inline void add_stall_options(Options& opts) {
            "reactive eviction)",
            cat(d.stall_rounds));
   opts.add("stall-damping", "share of the missing transfer time one stall round adds", cat(d.stall_damping));
-  opts.add("stall-patience", "rounds without a shorter simulated step before the stall search stops",
+  opts.add("stall-patience",
+           "rounds in a row with neither a shorter simulated step nor a new low of the bytes over budget "
+           "before the stall search stops",
            cat(d.stall_patience));
 }
 

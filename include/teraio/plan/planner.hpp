@@ -50,8 +50,8 @@ struct PlannerOptions {
   double stall_damping = 0.5;
   // Rounds in a row with neither a shorter simulated step nor less left over the budget before
   // the stall search stops (each round costs a planner run and a simulation). A round that only
-  // lowers the excess counts as progress: the plan that fits, often the first with a shorter
-  // step, can come many rounds after the last shorter one (W2's profiles, session 27).
+  // lowers the excess counts as progress: the plan that fits, shorter than any before it, can
+  // come long after the last shorter one (W2's profiles, session 27).
   int stall_patience = 6;
 };
 

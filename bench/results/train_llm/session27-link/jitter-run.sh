@@ -1,6 +1,6 @@
 #!/bin/bash
-# usage: run.sh TRACE "HW args" spreads seeds
-T=/work/main/build/release/tools/teraio/teraio
+# usage: jitter-run.sh TRACE "HW args" spreads seeds
+T=${TERAIO:-build/release/tools/teraio/teraio}  # run from the repository root
 trace=$1; hw=$2; spreads=$3; seeds=$4
 for j in $spreads; do
   for s in $seeds; do

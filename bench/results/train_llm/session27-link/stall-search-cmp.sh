@@ -1,6 +1,6 @@
 #!/bin/bash
-# cmp2.sh NAME TRACE.xz SCALE "HW" "VARIANTS" (each variant: extra planner args, e.g. "--stall-patience 6")
-T=/work/main/build/release/tools/teraio/teraio
+# stall-search-cmp.sh NAME TRACE.xz SCALE "HW" "VARIANTS" (each variant: extra planner args, e.g. "--stall-patience 6")
+T=${TERAIO:-build/release/tools/teraio/teraio}  # run from the repository root
 name=$1; xz=$2; scale=$3; hw=$4; shift 4
 [ -f $name.tiotrace ] || xz -dkc $xz > $name.tiotrace
 i=0
