@@ -788,7 +788,8 @@ def tune_recomputation(args, lm, session, step, prefix):
                             progress=lambda line: print(f"  [{args.workload} teraio-recompute] {line}", flush=True),
                             on_trial=save_trial if args.save_trace else None)
     return {"count": choice.count, "layers": choice.layers, "tuning_steps": choice.steps,
-            "returned_by": choice.returned_by, "trials": [dataclasses.asdict(t) for t in choice.trials], "summary": choice.describe()}
+            "returned_by": choice.returned_by, "trials": [dataclasses.asdict(t) for t in choice.trials],
+            "summary": choice.describe()}
 
 
 def print_step(args, mode, record, total):

@@ -178,8 +178,9 @@ def tune(session, layers, step: Callable[[], object], counts: Optional[Sequence[
     as failed and the search goes on; an error inside a step propagates, since the step may
     have left the training half updated. Returns the Choice; the chosen count stays applied and
     the session is planned for it (tune() runs the extra profile steps when the last trial was
-    another count and no plan of it is kept). `on_trial(trial)`, when given, runs after each trial while the session still
-    holds that trial's profile (and plan, unless the trial failed), e.g. to save its trace.
+    another count and no plan of it is kept). `on_trial(trial)`, when given, runs after each
+    trial while the session still holds that trial's profile (and plan, unless the trial
+    failed), e.g. to save its trace.
     """
     recomputation = layers if isinstance(layers, Recomputation) else Recomputation(layers)
     n = recomputation.layers

@@ -36,15 +36,6 @@ void retime(Prepared& prep, const std::vector<double>& wait_after_s) {
   prep.periods = trace::inactive_periods(trace, prep.start_s);
 }
 
-double prefetch_rate(const Hardware& hw, Tier tier) {
-  // The rate the booking gives the route (detail::BandwidthLedger): its slowest channel,
-  // the shared link included where it caps PCIe.
-  const double link = hw.shared_link_rate();
-  const double pcie = link > 0 ? std::min(hw.h2d_bandwidth, link) : hw.h2d_bandwidth;
-  return tier == Tier::kHost ? pcie
-                             : (hw.gpudirect ? hw.ssd_read_bandwidth : std::min(hw.ssd_read_bandwidth, pcie));
-}
-
 PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOptions& options,
                      std::vector<std::int64_t>* demand_after) {
   const trace::Trace& trace = *prep.trace;
@@ -110,7 +101,9 @@ PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOpti
     stats.urgent += pre.urgent;
     ++prefetches;
     const double slack = p.idle_s - detail::time_at(prep.start_s, w, c.prefetch_issue) -
-                         (static_cast<double>(t.bytes) / prefetch_rate(hw, c.tier) + hw.request_latency_s);
+                         (static_cast<double>(t.bytes) /
+                              (c.tier == Tier::kSsd ? greedy.prefetch_rate_ssd : greedy.prefetch_rate_host) +
+                          hw.request_latency_s);
     stats.min_prefetch_slack_s = std::min(stats.min_prefetch_slack_s, slack);
     slack_sum += slack;
   }

@@ -76,6 +76,8 @@ class Greedy {
     out.host_peak = static_cast<std::uint64_t>(std::max<std::int64_t>(0, host_.max()));
     out.ssd_used = ssd_used_;
     out.evaluations = evaluations_;
+    out.prefetch_rate_host = ledger_.rate(prefetch_route(Tier::kHost));
+    out.prefetch_rate_ssd = ledger_.rate(prefetch_route(Tier::kSsd));
     return out;
   }
 

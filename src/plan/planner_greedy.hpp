@@ -42,6 +42,9 @@ struct GreedyResult {
   std::uint64_t host_peak = 0;
   std::uint64_t ssd_used = 0;
   std::size_t evaluations = 0;
+  // Bytes/s the booking gives a prefetch from each tier (BandwidthLedger::rate of its route).
+  double prefetch_rate_host = 0;
+  double prefetch_rate_ssd = 0;
 };
 
 struct GreedyInput {
