@@ -260,8 +260,11 @@ void Executor::State::finish(TensorId id, Entry& e) {
 
 void Executor::State::take_back(TensorId id, Entry& e, OpIndex op) {
   if (settles_on_device(e)) {
-    // The copy out only reads the memory, which stays the tensor's: nothing to wait for. The
-    // extent goes back once the host sees the copy done.
+    // The copy out only reads the memory, which stays the tensor's: the host waits for
+    // nothing, but the memory's later uses (its free by the program included) are ordered
+    // after the bytes the copy has started, and the rest is not copied. The extent goes back
+    // once the host sees the copy done.
+    memory.cancel_copy_out(id, *e.transfer.device_side());
     Settling dropped{id, close_transfer_open(id, e), e.span, std::exchange(e.extent, std::nullopt), true};
     settling.push_back(std::move(dropped));
     retire_due = true;

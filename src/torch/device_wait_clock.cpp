@@ -16,6 +16,7 @@ namespace {
 class HostWaitClock final : public DeviceWaitClock {
  public:
   void block(io::CopyEvent& copy) override { copy.wait(); }
+  void block_started(io::CopyEvent& copy) override { copy.wait(); }
   double collect() override { return 0; }
 };
 
@@ -34,19 +35,10 @@ class CudaWaitClock final : public DeviceWaitClock {
   CudaWaitClock& operator=(const CudaWaitClock&) = delete;
 
   void block(io::CopyEvent& copy) override {
-    if (used_ == pairs_.size()) {
-      cudaEvent_t before = nullptr;
-      cudaEvent_t after = nullptr;
-      check_cuda(cudaEventCreate(&before), "cudaEventCreate");
-      check_cuda(cudaEventCreate(&after), "cudaEventCreate");
-      pairs_.emplace_back(before, after);
-    }
-    auto [before, after] = pairs_[used_];
-    cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
-    check_cuda(cudaEventRecord(before, stream), "cudaEventRecord(before a device wait)");
-    copy.block_stream(stream);
-    check_cuda(cudaEventRecord(after, stream), "cudaEventRecord(after a device wait)");
-    ++used_;
+    measured([&](cudaStream_t stream) { copy.block_stream(stream); });
+  }
+  void block_started(io::CopyEvent& copy) override {
+    measured([&](cudaStream_t stream) { copy.abandon(stream); });
   }
 
   double collect() override {
@@ -62,6 +54,24 @@ class CudaWaitClock final : public DeviceWaitClock {
   }
 
  private:
+  // Queues `wait` on the compute stream between two events that time it.
+  template <typename Wait>
+  void measured(Wait&& wait) {
+    if (used_ == pairs_.size()) {
+      cudaEvent_t before = nullptr;
+      cudaEvent_t after = nullptr;
+      check_cuda(cudaEventCreate(&before), "cudaEventCreate");
+      check_cuda(cudaEventCreate(&after), "cudaEventCreate");
+      pairs_.emplace_back(before, after);
+    }
+    auto [before, after] = pairs_[used_];
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
+    check_cuda(cudaEventRecord(before, stream), "cudaEventRecord(before a device wait)");
+    wait(stream);
+    check_cuda(cudaEventRecord(after, stream), "cudaEventRecord(after a device wait)");
+    ++used_;
+  }
+
   c10::Device device_;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> pairs_;
   std::size_t used_ = 0;

@@ -167,6 +167,14 @@ void StorageMemory::use_after(TensorId id, io::CopyEvent& copied_in) {
   hand_back(id);
 }
 
+void StorageMemory::cancel_copy_out(TensorId id, io::CopyEvent& copying_out) {
+  // Handed back after the wait is queued: the program may free the storage at once, and the
+  // allocator then reuses or unmaps the block in compute-stream order, after the bytes the
+  // copy has started (a copy issued later from an unmapped block failed on the H100).
+  clock_->block_started(copying_out);
+  hand_back(id);
+}
+
 void* StorageMemory::reallocate(TensorId id) {
   const c10::intrusive_ptr<c10::StorageImpl> impl = live(id);
   c10::DataPtr fresh;

@@ -171,6 +171,38 @@ TEST(CudaCopier, AStreamWaitsForACopyNotYetQueued) {
   }
 }
 
+// An offload taken back while it waits behind another copy: abandoned, it still completes,
+// without copying the bytes it had not started (deadline order), or whole (issue order, where
+// it was on the stream already); the stream that waits for it is not left waiting.
+TEST(CudaCopier, AnAbandonedCopyCompletesWithoutItsUnstartedBytes) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  constexpr std::size_t kLarge = 512 * kMiB;
+  constexpr std::size_t n = 64 * kMiB;
+  for (const CopyOrder order : {CopyOrder::kDeadline, CopyOrder::kIssue}) {
+    auto copier = make_cuda_copier(0, order);
+    PinnedBuffer staging(*copier, kLarge);
+    PinnedBuffer source(*copier, n);
+    PinnedBuffer out(*copier, n);
+    DeviceBuffer large(*copier, kLarge);
+    DeviceBuffer device(*copier, n);
+    for (std::size_t i = 0; i < n; ++i) source.data()[i] = static_cast<std::uint8_t>(i * 5 + 1);
+    copier->to_device(device.data(), source.data(), n)->wait();
+    std::memset(out.data(), 0, n);
+    // Behind a copy out of an earlier deadline: the copy out abandoned has not started.
+    auto first = copier->to_host(staging.data(), large.data(), kLarge, {false, 1000});
+    auto copy_out = copier->to_host(out.data(), device.data(), n, {false, 2000});
+    copy_out->abandon(nullptr);  // the legacy default stream waits for what has started
+    copy_out->wait();
+    first->wait();
+    const bool copied = std::memcmp(source.data(), out.data(), n) == 0;
+    EXPECT_EQ(copied, order == CopyOrder::kIssue) << to_string(order) << " order";
+    copy_out->abandon(nullptr);  // complete: nothing to do
+    // The copier goes on as before.
+    copier->to_host(out.data(), device.data(), n)->wait();
+    EXPECT_EQ(std::memcmp(source.data(), out.data(), n), 0) << to_string(order) << " order";
+  }
+}
+
 TEST(CudaCopier, CopyOrdersParseAndPrint) {
   EXPECT_EQ(parse_copy_order("deadline"), CopyOrder::kDeadline);
   EXPECT_EQ(parse_copy_order("issue"), CopyOrder::kIssue);

@@ -65,6 +65,7 @@ class GatedCopier final : public io::DeviceCopier {
       if (copy_->fails) throw Error(ErrorKind::kCuda, "copy failed on the test device");
     }
     void block_stream(void*) override { ++copier_.block_streams_; }
+    void abandon(void*) override { ++copier_.abandons_; }
     const std::shared_ptr<QueuedCopy>& copy() const { return copy_; }
 
    private:
@@ -120,6 +121,7 @@ class GatedCopier final : public io::DeviceCopier {
     return overtakes_;
   }
   int block_streams() const { return block_streams_; }
+  int abandons() const { return abandons_; }
   std::size_t queued() const {
     std::lock_guard lock(mutex_);
     return queued_.size();
@@ -186,6 +188,7 @@ class GatedCopier final : public io::DeviceCopier {
   bool fail_to_device_ = false;
   int overtakes_ = 0;
   std::atomic<int> block_streams_{0};
+  std::atomic<int> abandons_{0};
 };
 
 // testing::FakeMemory on the test device: release_after and use_after only make the "stream"
@@ -236,6 +239,10 @@ class DeviceMemory final : public TensorMemory {
     ++use_afters_[id];
     copied_in.block_stream(nullptr);
   }
+  void cancel_copy_out(TensorId id, io::CopyEvent& copying_out) override {
+    ++cancels_[id];
+    copying_out.abandon(nullptr);
+  }
   void* reallocate(TensorId id) override {
     auto& block = blocks_.at(id);
     if (block) ADD_FAILURE() << "reallocate() of tensor " << id << " that still holds memory";
@@ -253,6 +260,7 @@ class DeviceMemory final : public TensorMemory {
   }
   int release_afters(TensorId id) const { return count(release_afters_, id); }
   int use_afters(TensorId id) const { return count(use_afters_, id); }
+  int cancels(TensorId id) const { return count(cancels_, id); }
   int copy_outs(TensorId id) const { return count(copy_outs_, id); }
   // Blocks handed back behind a copy out that has not run yet.
   std::size_t freeing() {
@@ -278,6 +286,7 @@ class DeviceMemory final : public TensorMemory {
   std::vector<std::unique_ptr<Block>> unsafe_;
   std::map<TensorId, int> release_afters_;
   std::map<TensorId, int> use_afters_;
+  std::map<TensorId, int> cancels_;
   std::map<TensorId, int> copy_outs_;
   bool fail_release_after_ = false;
 };
@@ -611,6 +620,11 @@ TEST(ExecutorDeviceWait, OffloadTakenBackIsResidentAtOnceAndItsExtentGoesBackLat
   EXPECT_EQ(ex.location(1), Location::kDevice);
   EXPECT_TRUE(rig.memory().intact(1));
   EXPECT_EQ(rig.memory().release_afters(1), 0);
+  // The program may free the tensor from here on: the memory's later uses must wait for the
+  // copy still reading it (on the H100 the allocator unmapped such a block before the copy
+  // was issued), and the copy's bytes not yet started are not wanted.
+  EXPECT_EQ(rig.memory().cancels(1), 1);
+  EXPECT_EQ(rig.copier().abandons(), 1);
   EXPECT_EQ(ex.resident_bytes(), 2 * kBytes);
   EXPECT_GT(rig.host_used(), 0u);  // the copy out still writes the extent
   const StepStats stats = ex.end_step();

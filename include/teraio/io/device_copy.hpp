@@ -38,6 +38,12 @@ class CopyEvent {
   // the device: the host does not block, so the GPU's queue of launched kernels is not drained.
   // The host copier has no streams and its copies have completed already: nothing to do.
   virtual void block_stream(void* stream) = 0;
+  // The copy's result is no longer wanted, but its source memory stays in use (an offload
+  // taken back while it runs): drops the bytes it has not started where the copier can, and
+  // makes the work queued on `stream` after this call wait, on the device, for the bytes it
+  // has, so that the source is not freed or written under them. The event still completes
+  // (the destination then holds part of the bytes). By default the whole copy is waited for.
+  virtual void abandon(void* stream) { block_stream(stream); }
 };
 
 class DeviceCopier {
