@@ -121,7 +121,7 @@ OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "blocks_reused", "fetc
                         "hole_opened", "hole_taken", "hole_take_flushes",
                         "allocation_retries", "stall_by_cause_s",
                         "callback_s", "callback_parts_s", "before_op_parts_s", "freed_scans", "freed_scan_s",
-                        "dropped", "bytes_dropped", "copies_given_up", "retimed", "cancelled_offloads")
+                        "dropped", "bytes_dropped", "copies_given_up", "retimed", "cancelled_offloads", "bytes_abandoned")
 PLAN_PREDICTIONS = ("predicted_step_s", "predicted_stall_s", "bound_step_s", "profiled_step_s")
 
 

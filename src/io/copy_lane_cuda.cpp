@@ -32,10 +32,10 @@ class CopyLane::Event final : public CopyEvent {
     if (copy_->complete) return;  // its event may serve another copy by now: nothing to wait for
     lane_->flush_for(*copy_, static_cast<cudaStream_t>(stream));
   }
-  void abandon(void* stream) override {
+  std::size_t abandon(void* stream) override {
     std::lock_guard lock(lane_->mutex_);
-    if (copy_->complete) return;
-    lane_->abandon(*copy_, static_cast<cudaStream_t>(stream));
+    if (copy_->complete) return 0;
+    return lane_->abandon(*copy_, static_cast<cudaStream_t>(stream));
   }
 
  private:
@@ -107,16 +107,19 @@ void CopyLane::flush_for(Copy& copy, cudaStream_t stream) {
   check(cudaStreamWaitEvent(stream, copy.done, 0), cat("cudaStreamWaitEvent(", copy.what, ")"));
 }
 
-void CopyLane::abandon(Copy& copy, cudaStream_t stream) {
+std::size_t CopyLane::abandon(Copy& copy, cudaStream_t stream) {
   bool started = true;
+  std::size_t dropped = 0;
   if (const auto rest = schedule_.take_rest(copy.id)) {
     // An empty last chunk records the copy's event behind the chunks already queued, so that
     // it completes as any copy does; it reads nothing, so it need not wait for the marker.
     started = rest->offset > 0;
+    dropped = rest->bytes;
     check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
     submit(CopySchedule::Chunk{rest->id, rest->offset, 0, true});
   }
   if (started) check(cudaStreamWaitEvent(stream, copy.done, 0), cat("cudaStreamWaitEvent(", copy.what, ")"));
+  return dropped;
 }
 
 void CopyLane::retire_finished() {

@@ -67,8 +67,9 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   // Queues the rest of a copy now (behind its marker, on the stream) and makes `stream` wait
   // for it. Under the lock, so that its event cannot be retired and reused meanwhile.
   void flush_for(Copy& copy, cudaStream_t stream);
-  // Drops the chunks of a copy not yet queued and makes `stream` wait for those that were.
-  void abandon(Copy& copy, cudaStream_t stream);
+  // Drops the chunks of a copy not yet queued and makes `stream` wait for those that were;
+  // returns the bytes dropped.
+  std::size_t abandon(Copy& copy, cudaStream_t stream);
 
   int device_;
   cudaMemcpyKind kind_;

@@ -264,7 +264,7 @@ void Executor::State::take_back(TensorId id, Entry& e, OpIndex op) {
     // nothing, but the memory's later uses (its free by the program included) are ordered
     // after the bytes the copy has started, and the rest is not copied. The extent goes back
     // once the host sees the copy done.
-    memory.cancel_copy_out(id, *e.transfer.device_side());
+    stats.bytes_abandoned += memory.cancel_copy_out(id, *e.transfer.device_side());
     Settling dropped{id, close_transfer_open(id, e), e.span, std::exchange(e.extent, std::nullopt), true};
     settling.push_back(std::move(dropped));
     retire_due = true;

@@ -59,6 +59,7 @@ py::dict step_dict(const StepRecord& r) {
   d["demand_fetches"] = s.demand_fetches;
   d["evictions"] = s.evictions;
   d["cancelled_offloads"] = s.cancelled_offloads;
+  d["bytes_abandoned"] = s.bytes_abandoned;
   d["skipped"] = s.skipped;
   d["dropped"] = s.dropped;
   d["bytes_dropped"] = s.bytes_dropped;

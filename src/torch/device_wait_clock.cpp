@@ -16,7 +16,10 @@ namespace {
 class HostWaitClock final : public DeviceWaitClock {
  public:
   void block(io::CopyEvent& copy) override { copy.wait(); }
-  void block_started(io::CopyEvent& copy) override { copy.wait(); }
+  std::size_t block_started(io::CopyEvent& copy) override {
+    copy.wait();
+    return 0;
+  }
   double collect() override { return 0; }
 };
 
@@ -37,8 +40,10 @@ class CudaWaitClock final : public DeviceWaitClock {
   void block(io::CopyEvent& copy) override {
     measured([&](cudaStream_t stream) { copy.block_stream(stream); });
   }
-  void block_started(io::CopyEvent& copy) override {
-    measured([&](cudaStream_t stream) { copy.abandon(stream); });
+  std::size_t block_started(io::CopyEvent& copy) override {
+    std::size_t dropped = 0;
+    measured([&](cudaStream_t stream) { dropped = copy.abandon(stream); });
+    return dropped;
   }
 
   double collect() override {

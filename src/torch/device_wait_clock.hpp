@@ -18,8 +18,8 @@ class DeviceWaitClock {
   // Makes the device's current compute stream wait for `copy` (the CPU: waits on the host).
   virtual void block(io::CopyEvent& copy) = 0;
   // The same for a copy no longer wanted: waits for the bytes it has started only
-  // (CopyEvent::abandon).
-  virtual void block_started(io::CopyEvent& copy) = 0;
+  // (CopyEvent::abandon). Returns the bytes it will not copy.
+  virtual std::size_t block_started(io::CopyEvent& copy) = 0;
   // Seconds the compute stream waited since the last call. Waits for the latest measured wait
   // to have passed on the device (one host synchronization per call: call it once per step).
   virtual double collect() = 0;

@@ -167,12 +167,13 @@ void StorageMemory::use_after(TensorId id, io::CopyEvent& copied_in) {
   hand_back(id);
 }
 
-void StorageMemory::cancel_copy_out(TensorId id, io::CopyEvent& copying_out) {
+std::uint64_t StorageMemory::cancel_copy_out(TensorId id, io::CopyEvent& copying_out) {
   // Handed back after the wait is queued: the program may free the storage at once, and the
   // allocator then reuses or unmaps the block in compute-stream order, after the bytes the
   // copy has started (a copy issued later from an unmapped block failed on the H100).
-  clock_->block_started(copying_out);
+  const std::size_t dropped = clock_->block_started(copying_out);
   hand_back(id);
+  return dropped;
 }
 
 void* StorageMemory::reallocate(TensorId id) {

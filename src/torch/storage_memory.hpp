@@ -53,7 +53,7 @@ class StorageMemory final : public runtime::TensorMemory {
   // The compute stream waits for the copy on the device (timed by the wait clock).
   void release_after(TensorId id, io::CopyEvent& copied_out) override;
   void use_after(TensorId id, io::CopyEvent& copied_in) override;
-  void cancel_copy_out(TensorId id, io::CopyEvent& copying_out) override;
+  std::uint64_t cancel_copy_out(TensorId id, io::CopyEvent& copying_out) override;
   // Seconds the compute stream waited for copies since the last call (once per step).
   double collect_device_stall() { return clock_->collect(); }
   // Fetches given a spare block (reuse_blocks), since the last call.

@@ -65,7 +65,11 @@ class GatedCopier final : public io::DeviceCopier {
       if (copy_->fails) throw Error(ErrorKind::kCuda, "copy failed on the test device");
     }
     void block_stream(void*) override { ++copier_.block_streams_; }
-    void abandon(void*) override { ++copier_.abandons_; }
+    // As if none of it had started: the whole copy is dropped.
+    std::size_t abandon(void*) override {
+      ++copier_.abandons_;
+      return copy_->n;
+    }
     const std::shared_ptr<QueuedCopy>& copy() const { return copy_; }
 
    private:
@@ -239,9 +243,9 @@ class DeviceMemory final : public TensorMemory {
     ++use_afters_[id];
     copied_in.block_stream(nullptr);
   }
-  void cancel_copy_out(TensorId id, io::CopyEvent& copying_out) override {
+  std::uint64_t cancel_copy_out(TensorId id, io::CopyEvent& copying_out) override {
     ++cancels_[id];
-    copying_out.abandon(nullptr);
+    return copying_out.abandon(nullptr);
   }
   void* reallocate(TensorId id) override {
     auto& block = blocks_.at(id);
@@ -629,6 +633,7 @@ TEST(ExecutorDeviceWait, OffloadTakenBackIsResidentAtOnceAndItsExtentGoesBackLat
   EXPECT_GT(rig.host_used(), 0u);  // the copy out still writes the extent
   const StepStats stats = ex.end_step();
   EXPECT_EQ(stats.cancelled_offloads, 1u);
+  EXPECT_EQ(stats.bytes_abandoned, kBytes);
   EXPECT_EQ(stats.stall_s, 0.0);
 
   rig.copier().complete_all();

@@ -42,8 +42,12 @@ class CopyEvent {
   // taken back while it runs): drops the bytes it has not started where the copier can, and
   // makes the work queued on `stream` after this call wait, on the device, for the bytes it
   // has, so that the source is not freed or written under them. The event still completes
-  // (the destination then holds part of the bytes). By default the whole copy is waited for.
-  virtual void abandon(void* stream) { block_stream(stream); }
+  // (the destination then holds part of the bytes). Returns the bytes it will not copy. By
+  // default the whole copy is waited for.
+  virtual std::size_t abandon(void* stream) {
+    block_stream(stream);
+    return 0;
+  }
 };
 
 class DeviceCopier {

@@ -100,6 +100,9 @@ struct StepStats {
   std::uint64_t demand_fetches = 0;      // tensor used while not resident (wrong or no plan)
   std::uint64_t evictions = 0;           // reactive offloads
   std::uint64_t cancelled_offloads = 0;  // tensor used or prefetched while its copy out ran
+  // Bytes of those copies out that were dropped before they started (TensorMemory::
+  // cancel_copy_out). They are in bytes_to_host/ssd, which count copies when issued.
+  std::uint64_t bytes_abandoned = 0;
   // Waits handed to the device (TensorMemory::release_after / use_after) instead of the host:
   // the GPU time they cost is not in stall_s (the torch binding measures it on CUDA).
   std::uint64_t device_waits = 0;

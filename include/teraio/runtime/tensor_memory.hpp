@@ -72,10 +72,12 @@ class TensorMemory {
   // The tensor stays where it is, but `copying_out` (the device side of its copy out) still
   // reads its memory: orders every later use of that memory, its free by the program
   // included, after the bytes the copy has started, and drops the rest (CopyEvent::abandon).
-  // On CUDA the compute stream waits on the device; the default waits on the host.
-  virtual void cancel_copy_out(TensorId id, io::CopyEvent& copying_out) {
+  // On CUDA the compute stream waits on the device; the default waits on the host. Returns the
+  // bytes that will not be copied.
+  virtual std::uint64_t cancel_copy_out(TensorId id, io::CopyEvent& copying_out) {
     static_cast<void>(id);
     copying_out.wait();
+    return 0;
   }
 };
 
