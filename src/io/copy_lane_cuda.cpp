@@ -108,6 +108,8 @@ void CopyLane::flush_for(Copy& copy, cudaStream_t stream) {
 }
 
 std::size_t CopyLane::abandon(Copy& copy, cudaStream_t stream) {
+  // Before the rest leaves the schedule: a copy taken out and never submitted would not complete.
+  check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
   bool started = true;
   std::size_t dropped = 0;
   if (const auto rest = schedule_.take_rest(copy.id)) {
@@ -115,7 +117,6 @@ std::size_t CopyLane::abandon(Copy& copy, cudaStream_t stream) {
     // it completes as any copy does; it reads nothing, so it need not wait for the marker.
     started = rest->offset > 0;
     dropped = rest->bytes;
-    check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
     submit(CopySchedule::Chunk{rest->id, rest->offset, 0, true});
   }
   if (started) check(cudaStreamWaitEvent(stream, copy.done, 0), cat("cudaStreamWaitEvent(", copy.what, ")"));

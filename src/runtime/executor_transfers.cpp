@@ -263,13 +263,16 @@ void Executor::State::take_back(TensorId id, Entry& e, OpIndex op) {
     // The copy out only reads the memory, which stays the tensor's: the host waits for
     // nothing, but the memory's later uses (its free by the program included) are ordered
     // after the bytes the copy has started, and the rest is not copied. The extent goes back
-    // once the host sees the copy done.
-    stats.bytes_abandoned += memory.cancel_copy_out(id, *e.transfer.device_side());
+    // once the host sees the copy done. The entry lets go of the copy first: should
+    // cancel_copy_out throw after dropping bytes, a truncated copy must not count as the
+    // tensor's offload.
+    io::CopyEvent& copying_out = *e.transfer.device_side();
     Settling dropped{id, close_transfer_open(id, e), e.span, std::exchange(e.extent, std::nullopt), true};
     settling.push_back(std::move(dropped));
     retire_due = true;
     set_location(id, e, Location::kDevice);
     ++stats.cancelled_offloads;
+    stats.bytes_abandoned += memory.cancel_copy_out(id, copying_out);
     return;
   }
   if (const auto failure = wait_out(id, e, op, StallCause::kTakeBack)) {

@@ -184,21 +184,25 @@ TEST(CudaCopier, AnAbandonedCopyCompletesWithoutItsUnstartedBytes) {
     PinnedBuffer source(*copier, n);
     PinnedBuffer out(*copier, n);
     DeviceBuffer large(*copier, kLarge);
-    DeviceBuffer device(*copier, n);
+    auto device = std::make_unique<DeviceBuffer>(*copier, n);
     for (std::size_t i = 0; i < n; ++i) source.data()[i] = static_cast<std::uint8_t>(i * 5 + 1);
-    copier->to_device(device.data(), source.data(), n)->wait();
+    copier->to_device(device->data(), source.data(), n)->wait();
     std::memset(out.data(), 0, n);
     // Behind a copy out of an earlier deadline: the copy out abandoned has not started.
     auto first = copier->to_host(staging.data(), large.data(), kLarge, {false, 1000});
-    auto copy_out = copier->to_host(out.data(), device.data(), n, {false, 2000});
-    copy_out->abandon(nullptr);  // the legacy default stream waits for what has started
+    auto copy_out = copier->to_host(out.data(), device->data(), n, {false, 2000});
+    // The legacy default stream waits for what has started (in issue order, the whole copy).
+    copy_out->abandon(nullptr);
+    device.reset();  // the program frees the source: no later copy may read it
     copy_out->wait();
     first->wait();
     const bool copied = std::memcmp(source.data(), out.data(), n) == 0;
     EXPECT_EQ(copied, order == CopyOrder::kIssue) << to_string(order) << " order";
-    copy_out->abandon(nullptr);  // complete: nothing to do
+    EXPECT_EQ(copy_out->abandon(nullptr), 0u);  // complete: nothing to do
     // The copier goes on as before.
-    copier->to_host(out.data(), device.data(), n)->wait();
+    DeviceBuffer again(*copier, n);
+    copier->to_device(again.data(), source.data(), n)->wait();
+    copier->to_host(out.data(), again.data(), n)->wait();
     EXPECT_EQ(std::memcmp(source.data(), out.data(), n), 0) << to_string(order) << " order";
   }
 }
