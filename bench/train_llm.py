@@ -804,6 +804,9 @@ def print_step(args, mode, record, total):
             line += f" (kept copies given up {record['copies_given_up']})"
         if record["demand_fetches"]:
             line += f" demand {record['demand_fetches']}"
+        if record.get("cancelled_offloads"):
+            line += (f" taken back {record['cancelled_offloads']}"
+                     f" ({fmt_size(record.get('bytes_abandoned', 0))} not copied)")
         if record.get("callback_s") is not None:
             line += f" callbacks {record['callback_s']:.3f} s"
             if parts := record.get("callback_parts_s"):

@@ -328,3 +328,19 @@ def test_a_count_tried_twice_saves_both_profiles_and_goes_back_to_the_faster(tmp
     fastest = min(trials, key=lambda t: t["step_s"])
     # The last trial chosen: nothing to go back to; else back on the chosen trial's own plan.
     assert recompute["returned_by"] == ("" if fastest is trials[2] else "its trial's plan kept"), recompute
+
+
+def test_a_step_line_says_how_many_offloads_were_taken_back_and_what_was_not_copied(capsys):
+    sys.path.insert(0, str(SCRIPT.parent))
+    import types
+
+    import train_llm
+
+    record = {"step": 3, "measured": True, "time_s": 22.8, "loss": 12.5, "phase": "planned", "mode": "planned",
+              "stall_s": 1.0, "bytes_to_host": 1 << 30, "bytes_to_ssd": 0, "demand_fetches": 5,
+              "cancelled_offloads": 3, "bytes_abandoned": 96 << 20}
+    train_llm.print_step(types.SimpleNamespace(workload="W3"), "teraio-recompute", record, 6)
+    assert "taken back 3 (96.00 MiB not copied)" in capsys.readouterr().out
+    record["cancelled_offloads"] = 0
+    train_llm.print_step(types.SimpleNamespace(workload="W3"), "teraio-recompute", record, 6)
+    assert "taken back" not in capsys.readouterr().out
