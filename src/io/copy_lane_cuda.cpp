@@ -30,12 +30,12 @@ class CopyLane::Event final : public CopyEvent {
   void block_stream(void* stream) override {
     std::lock_guard lock(lane_->mutex_);
     if (copy_->complete) return;  // its event may serve another copy by now: nothing to wait for
-    lane_->flush_for(*copy_, static_cast<cudaStream_t>(stream));
+    lane_->flush_for(*copy_, static_cast<cudaStream_t>(stream), RestOfCopy::kQueue);
   }
   std::size_t abandon(void* stream) override {
     std::lock_guard lock(lane_->mutex_);
     if (copy_->complete) return 0;
-    return lane_->abandon(*copy_, static_cast<cudaStream_t>(stream));
+    return lane_->flush_for(*copy_, static_cast<cudaStream_t>(stream), RestOfCopy::kDrop);
   }
 
  private:
@@ -92,10 +92,18 @@ void CopyLane::wait_for(cudaStream_t compute) {
   markers_.emplace_back(++last_marker_, event);
 }
 
-void CopyLane::flush_for(Copy& copy, cudaStream_t stream) {
-  if (const auto rest = schedule_.take_rest(copy.id)) {
-    check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
-    if (copy.marker > passed_marker_) {
+std::size_t CopyLane::flush_for(Copy& copy, cudaStream_t stream, RestOfCopy what_of_rest) {
+  // Before the rest leaves the schedule: a rest taken out and never submitted would not complete.
+  check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
+  bool started = true;
+  std::size_t dropped = 0;
+  if (auto rest = schedule_.take_rest(copy.id)) {
+    if (what_of_rest == RestOfCopy::kDrop) {
+      // An empty last chunk records the copy's event behind the chunks already queued, so that
+      // it completes as any copy does; it reads nothing, so it need not wait for the marker.
+      started = rest->offset > 0;
+      dropped = std::exchange(rest->bytes, 0);
+    } else if (copy.marker > passed_marker_) {
       // Its marker has not passed yet: the stream waits for it, as in issue order. Markers not
       // yet passed are numbered passed_marker_ + 1, + 2, ... in markers_.
       const cudaEvent_t marker = markers_.at(copy.marker - passed_marker_ - 1).second;
@@ -103,21 +111,6 @@ void CopyLane::flush_for(Copy& copy, cudaStream_t stream) {
             cat("cudaStreamWaitEvent(marker for ", copy.what, ")"));
     }
     submit(*rest);
-  }
-  check(cudaStreamWaitEvent(stream, copy.done, 0), cat("cudaStreamWaitEvent(", copy.what, ")"));
-}
-
-std::size_t CopyLane::abandon(Copy& copy, cudaStream_t stream) {
-  // Before the rest leaves the schedule: a copy taken out and never submitted would not complete.
-  check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
-  bool started = true;
-  std::size_t dropped = 0;
-  if (const auto rest = schedule_.take_rest(copy.id)) {
-    // An empty last chunk records the copy's event behind the chunks already queued, so that
-    // it completes as any copy does; it reads nothing, so it need not wait for the marker.
-    started = rest->offset > 0;
-    dropped = rest->bytes;
-    submit(CopySchedule::Chunk{rest->id, rest->offset, 0, true});
   }
   if (started) check(cudaStreamWaitEvent(stream, copy.done, 0), cat("cudaStreamWaitEvent(", copy.what, ")"));
   return dropped;

@@ -64,12 +64,13 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   void retire_finished();
   void advance_markers();
   void submit(const CopySchedule::Chunk& chunk);
-  // Queues the rest of a copy now (behind its marker, on the stream) and makes `stream` wait
-  // for it. Under the lock, so that its event cannot be retired and reused meanwhile.
-  void flush_for(Copy& copy, cudaStream_t stream);
-  // Drops the chunks of a copy not yet queued and makes `stream` wait for those that were;
-  // returns the bytes dropped.
-  std::size_t abandon(Copy& copy, cudaStream_t stream);
+  // What flush_for does with the chunks of a copy not yet queued: queue them now (behind the
+  // copy's marker), or drop them (CopyEvent::abandon).
+  enum class RestOfCopy { kQueue, kDrop };
+  // Takes the rest of a copy off the schedule and makes `stream` wait for what of the copy is
+  // on the lane's stream then (nothing to wait for when its rest was dropped whole). Under the
+  // lock, so that its event cannot be retired and reused meanwhile. Returns the bytes dropped.
+  std::size_t flush_for(Copy& copy, cudaStream_t stream, RestOfCopy what_of_rest);
 
   int device_;
   cudaMemcpyKind kind_;
