@@ -59,6 +59,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import flush_sizes  # noqa: E402  (bench/flush_sizes.py)
 import gpu_profile  # noqa: E402  (bench/gpu_profile.py)
 import host_watch  # noqa: E402  (bench/host_watch.py)
+import repeated_kv  # noqa: E402  (bench/repeated_kv.py)
 
 SCRIPT = pathlib.Path(__file__).resolve()
 GIB = 1 << 30
@@ -141,7 +142,9 @@ def parse_args(argv):
                    help="warm-up steps of the non-TeraIO modes (default 2); TeraIO modes warm up for "
                         "1 + --profile-steps steps, so that their first measured step is a planned one")
     p.add_argument("--layers", type=int, help="override the workload's number of decoder layers")
-    p.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa", help="attention implementation (transformers)")
+    p.add_argument("--attn", choices=("sdpa", "eager", repeated_kv.CHOICE), default="sdpa",
+                   help="attention implementation (transformers); sdpa-repeat-kv: SDPA with the key/value heads "
+                        "repeated first, so that a fused kernel can take fp32 grouped heads (bench/repeated_kv.py)")
     p.add_argument("--cublas-config", choices=("settle", "keep"), default="settle",
                    help="settle: drop CUBLAS_WORKSPACE_CONFIG after the deterministic check where its size is the "
                         "default (sm_90), since PyTorch parses it on every cuBLAS call; keep: leave it set")
@@ -363,7 +366,7 @@ def llama_config(workload, attn):
                          num_attention_heads=workload.heads, num_key_value_heads=workload.kv_heads,
                          intermediate_size=workload.ffn, vocab_size=workload.vocab,
                          max_position_embeddings=workload.seq, use_cache=False)
-    config._attn_implementation = attn
+    config._attn_implementation = repeated_kv.implementation(attn)
     return config
 
 
@@ -379,7 +382,7 @@ GPT_FALLBACK = ("teraio.models.gpt (transformers not installed; GPT blocks: MLP 
 
 
 def describe_model(attn):
-    return f"transformers LlamaForCausalLM ({attn} attention)" if transformers_available() else GPT_FALLBACK
+    return f"transformers LlamaForCausalLM ({repeated_kv.describe(attn)})" if transformers_available() else GPT_FALLBACK
 
 
 def new_language_model(workload, attn):
