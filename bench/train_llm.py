@@ -59,6 +59,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import flush_sizes  # noqa: E402  (bench/flush_sizes.py)
 import gpu_profile  # noqa: E402  (bench/gpu_profile.py)
 import host_watch  # noqa: E402  (bench/host_watch.py)
+import link_activity  # noqa: E402  (bench/link_activity.py)
 import repeated_kv  # noqa: E402  (bench/repeated_kv.py)
 
 SCRIPT = pathlib.Path(__file__).resolve()
@@ -122,7 +123,8 @@ OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "blocks_reused", "fetc
                         "hole_opened", "hole_taken", "hole_take_flushes",
                         "allocation_retries", "stall_by_cause_s",
                         "callback_s", "callback_parts_s", "before_op_parts_s", "freed_scans", "freed_scan_s",
-                        "dropped", "bytes_dropped", "copies_given_up", "retimed", "cancelled_offloads", "bytes_abandoned")
+                        "dropped", "bytes_dropped", "copies_given_up", "retimed", "cancelled_offloads", "bytes_abandoned",
+                        "link")
 PLAN_PREDICTIONS = ("predicted_step_s", "predicted_stall_s", "bound_step_s", "profiled_step_s")
 
 
@@ -832,6 +834,8 @@ def print_step(args, mode, record, total):
         line += f" allocs {record['device_allocs']} frees {record['device_frees']}"
     if record.get("paged_allocations"):
         line += " " + host_watch.describe_paged(record)
+    if record.get("link"):
+        line += " link: " + link_activity.describe(record["link"])
     print(line, flush=True)
 
 
@@ -1066,6 +1070,7 @@ def summarize(result, ideal_s, ideal_losses):
                                                    "callback_s", "bytes_dropped", "gc_s", "gc_collections", "alloc_retries",
                                                    "device_allocs", "device_frees", "fetch_flushes", "fetch_flush_s",
                                                    *(f"paged_{name}" for name in host_watch.PAGED_COUNTERS))},
+        "link": link_activity.median(steps),
         "predicted_step_s": predicted,
         "model_error": predicted / median - 1 if predicted and median else None,
         "exact": same_losses(result, ideal_losses),
@@ -1164,6 +1169,9 @@ def table_notes(table):
         if (callbacks := entry.get("summary", {}).get("callback_s")) is not None:
             notes.append(f"- {name}: TeraIO's operator callbacks took {callbacks:.3f} s of host time per measured "
                          f"step (median)")
+        if link := entry.get("summary", {}).get("link"):
+            notes.append(f"- {name}: the PCIe link per measured step (median, from the copier's dispatchers): "
+                         f"{link_activity.describe(link)}")
     return "\n" + "\n".join(notes) + "\n" if notes else ""
 
 

@@ -71,6 +71,7 @@ std::unique_ptr<CopyEvent> CopyLane::copy(void* dst, const void* src, std::size_
   copy->what = std::move(what);
   {
     std::lock_guard lock(mutex_);
+    account();  // an idle lane has work from here on
     copy->marker = last_marker_;
     copy->id = schedule_.add(n, priority);
     scheduled_.emplace(copy->id, copy);
@@ -161,6 +162,10 @@ void CopyLane::submit(const CopySchedule::Chunk& chunk) {
     copy->error = std::current_exception();
   }
   if (chunk.last) copy->done = queued.event;
+  // The state so far ends here: a chunk from flush_for (another thread) makes the lane busy.
+  account();
+  ++activity_.chunks;
+  activity_.bytes += chunk.bytes;
   const cudaError_t rc = cudaEventRecord(queued.event, stream_.get());
   if (rc != cudaSuccess && !copy->error) {
     cudaGetLastError();
@@ -169,11 +174,32 @@ void CopyLane::submit(const CopySchedule::Chunk& chunk) {
   queued_.push_back(std::move(queued));
 }
 
+void CopyLane::account() {
+  const auto now = std::chrono::steady_clock::now();
+  const double s = std::chrono::duration<double>(now - marked_).count();
+  marked_ = now;
+  if (!queued_.empty()) {
+    activity_.busy_s += s;
+  } else if (!schedule_.empty()) {
+    activity_.waiting_s += s;
+  } else {
+    activity_.idle_s += s;
+  }
+}
+
+LinkActivity CopyLane::take_activity() {
+  std::lock_guard lock(mutex_);
+  account();
+  return std::exchange(activity_, LinkActivity{});
+}
+
 void CopyLane::run() {
   if (cudaSetDevice(device_) != cudaSuccess) log::warn("copy lane: cudaSetDevice(", device_, ") failed");
   const auto ready = [this](CopySchedule::Id id) { return scheduled_.at(id)->marker <= passed_marker_; };
   std::unique_lock lock(mutex_);
   for (;;) {
+    // The state held since the last mark ends as the dispatcher looks again.
+    account();
     retire_finished();
     advance_markers();
     if (queued_.size() < kWindow) {
@@ -184,6 +210,7 @@ void CopyLane::run() {
     }
     if (schedule_.empty() && queued_.empty()) {
       if (stopping_) return;
+      account();
       work_.wait(lock);
       continue;
     }

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -42,6 +43,8 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
                                   std::string what);
   // Copies scheduled after this call start only after the work queued so far on `compute`.
   void wait_for(cudaStream_t compute);
+  // What the lane did since the last call (DeviceCopier::take_link_activity).
+  LinkActivity take_activity();
 
  private:
   struct Copy {
@@ -61,6 +64,8 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   class Event;
 
   void run();
+  // Adds the time since the last mark to the state the lane was in (under the lock).
+  void account();
   void retire_finished();
   void advance_markers();
   void submit(const CopySchedule::Chunk& chunk);
@@ -87,6 +92,8 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   std::uint64_t last_marker_ = 0;
   std::uint64_t passed_marker_ = 0;
   bool stopping_ = false;
+  LinkActivity activity_;
+  std::chrono::steady_clock::time_point marked_ = std::chrono::steady_clock::now();
   std::thread dispatcher_;
 };
 

@@ -62,6 +62,10 @@ class CudaCopier final : public DeviceCopier {
   bool is_cuda() const override { return true; }
   std::string order() const override { return order_note_; }
   bool completes_in_order() const override { return !lanes_[0]; }
+  std::optional<LinkActivities> take_link_activity() override {
+    if (!lanes_[0]) return std::nullopt;
+    return LinkActivities{lanes_[0]->take_activity(), lanes_[1]->take_activity()};
+  }
 
   std::unique_ptr<CopyEvent> to_host(void* host_dst, const void* device_src, std::size_t n,
                                      CopyPriority priority) override {

@@ -25,6 +25,16 @@ py::dict by_name(const std::array<double, N>& seconds) {
   return d;
 }
 
+py::dict link_dict(const io::LinkActivity& a) {
+  py::dict d;
+  d["busy_s"] = a.busy_s;
+  d["waiting_s"] = a.waiting_s;
+  d["idle_s"] = a.idle_s;
+  d["chunks"] = a.chunks;
+  d["bytes"] = a.bytes;
+  return d;
+}
+
 py::dict step_dict(const StepRecord& r) {
   const runtime::StepStats& s = r.stats;
   py::dict d;
@@ -69,6 +79,14 @@ py::dict step_dict(const StepRecord& r) {
   d["diverged"] = r.diverged;
   d["plan_error"] = r.plan_error;
   d["planned_now"] = r.planned_now;
+  if (r.link) {
+    py::dict link;
+    link["to_host"] = link_dict(r.link->to_host);
+    link["to_device"] = link_dict(r.link->to_device);
+    d["link"] = link;
+  } else {
+    d["link"] = py::none();
+  }
   d["retimed"] = r.retimed;
   return d;
 }

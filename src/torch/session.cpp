@@ -223,6 +223,7 @@ void Session::begin_step() {
   }
   callback_ns_.store(0, std::memory_order_relaxed);
   callback_parts_.take_s();
+  static_cast<void>(copier_->take_link_activity());  // the step's own from here
   step_start_ = std::chrono::steady_clock::now();
 }
 
@@ -246,6 +247,7 @@ StepRecord Session::end_step() {
   record.time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count();
   record.callback_s = static_cast<double>(callback_ns_.exchange(0, std::memory_order_relaxed)) * 1e-9;
   record.callback_parts_s = callback_parts_.take_s();
+  record.link = copier_->take_link_activity();
   if (observing_) {
     remove_dead();
     if (phase_ == SessionPhase::kPlanned && trace_ && op_counter_ != trace_->ops.size() && !diverged_) {

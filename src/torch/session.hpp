@@ -165,6 +165,9 @@ struct StepRecord {
   // which delay kernel launches wherever the host is not far ahead of the GPU.
   double callback_s = 0;
   std::array<double, kCallbackParts> callback_parts_s{};  // parts of callback_s (callback_parts)
+  // What each PCIe direction did during the step, from the CUDA copier's dispatchers (deadline
+  // order only): whether copies ran late because the link was busy or because nothing was sent.
+  std::optional<io::LinkActivities> link;
   std::size_t ops = 0;
   bool diverged = false;
   bool planned_now = false;  // the plan was made at the end of this step

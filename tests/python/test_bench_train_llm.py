@@ -84,6 +84,9 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
         if s["mode"] == "planned":
             assert s["freed_scans"] <= s["allocation_retries"], s
     assert "- teraio-ssd: TeraIO's operator callbacks took" in markdown
+    # The host copier has no dispatcher to watch the link: no link activity, and no note on it.
+    assert all(s["link"] is None for s in teraio_steps)
+    assert "the PCIe link per measured step" not in markdown
     assert all(s["gc_s"] >= 0 and s["gc_collections"] >= 0 for e in table["modes"].values() for s in e["steps"]
                if s["measured"])
     assert "- ideal: Python's collector" in markdown

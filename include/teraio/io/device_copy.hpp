@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +52,21 @@ class CopyEvent {
   }
 };
 
+// What one direction's link did, as the CUDA copier's dispatcher saw it (deadline order only):
+// why a plan's copies can end later than the planner assumed. Host clock, polled every few
+// microseconds, so each state's time is good to about one polling interval per change.
+struct LinkActivity {
+  double busy_s = 0;     // chunks on the stream (the link busy, or about to be)
+  double waiting_s = 0;  // none on the stream, copies waiting for the compute stream (their markers)
+  double idle_s = 0;     // nothing to copy
+  std::uint64_t chunks = 0;
+  std::uint64_t bytes = 0;  // put on the stream
+};
+struct LinkActivities {
+  LinkActivity to_host;
+  LinkActivity to_device;
+};
+
 class DeviceCopier {
  public:
   virtual ~DeviceCopier() = default;
@@ -79,6 +96,9 @@ class DeviceCopier {
     static_cast<void>(compute_stream);
     static_cast<void>(direction);
   }
+  // Each direction's activity since the last call (or since the copier was made), and starts
+  // counting again; nothing where copies go straight onto a stream (issue order, host copier).
+  virtual std::optional<LinkActivities> take_link_activity() { return std::nullopt; }
   // Device memory for tests and benchmarks (cudaMalloc / aligned host memory).
   virtual void* allocate_device(std::size_t n) = 0;
   virtual void free_device(void* device) = 0;

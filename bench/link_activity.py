@@ -1,0 +1,30 @@
+"""What each PCIe direction did during a step, as TeraIO's CUDA copier saw it (the step record's
+`link`, deadline order only): time with chunks on the stream (busy), with copies waiting for the
+compute stream (waiting), and with nothing to copy (idle). A plan whose copies end late on a link
+that was busy all along asks more than the link gives; one whose link sat idle or waiting asks at
+the wrong moments. Host clock, good to a polling interval per change of state."""
+from __future__ import annotations
+
+import statistics
+
+DIRECTIONS = (("to_host", "to host"), ("to_device", "to device"))
+FIELDS = ("busy_s", "waiting_s", "idle_s", "chunks", "bytes")
+
+
+def median(steps):
+    """The median of each direction's fields over `steps` (records with a `link`), or None."""
+    links = [s["link"] for s in steps if s.get("link")]
+    if not links:
+        return None
+    return {direction: {field: statistics.median(link[direction][field] for link in links) for field in FIELDS}
+            for direction, _ in DIRECTIONS}
+
+
+def describe(link):
+    """'to host busy 12.1 s (49.8 GB/s), waiting 2.0 s, idle 9.9 s; to device ...'."""
+    parts = []
+    for direction, words in DIRECTIONS:
+        a = link[direction]
+        rate = f" ({a['bytes'] / a['busy_s'] / 1e9:.1f} GB/s)" if a["busy_s"] > 0 else ""
+        parts.append(f"{words} busy {a['busy_s']:.2f} s{rate}, waiting {a['waiting_s']:.2f} s, idle {a['idle_s']:.2f} s")
+    return "; ".join(parts)

@@ -1,0 +1,30 @@
+"""bench/link_activity.py: the median of the copier's per-step link activity and its wording."""
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+import link_activity  # noqa: E402
+
+
+def step(busy, waiting, idle, gigabytes):
+    one = dict(busy_s=busy, waiting_s=waiting, idle_s=idle, chunks=int(gigabytes * 128), bytes=int(gigabytes * 1e9))
+    return {"link": {"to_host": one, "to_device": dict(one, busy_s=busy * 2)}}
+
+
+def test_the_median_is_taken_per_direction_and_field():
+    steps = [step(10, 1, 5, 500), step(12, 3, 1, 600), step(11, 2, 9, 550), {"link": None}]
+    m = link_activity.median(steps)
+    assert m["to_host"] == dict(busy_s=11, waiting_s=2, idle_s=5, chunks=550 * 128, bytes=int(550e9))
+    assert m["to_device"]["busy_s"] == 22
+
+
+def test_no_link_activity_gives_none():
+    assert link_activity.median([{"link": None}, {}]) is None
+
+
+def test_the_wording_gives_the_rate_while_busy():
+    text = link_activity.describe(step(10, 1.5, 5, 500)["link"])
+    assert text == ("to host busy 10.00 s (50.0 GB/s), waiting 1.50 s, idle 5.00 s; "
+                    "to device busy 20.00 s (25.0 GB/s), waiting 1.50 s, idle 5.00 s")
+    idle = dict(busy_s=0, waiting_s=0, idle_s=3, chunks=0, bytes=0)
+    assert link_activity.describe({"to_host": idle, "to_device": idle}).startswith("to host busy 0.00 s, waiting")
