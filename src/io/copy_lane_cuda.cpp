@@ -110,6 +110,8 @@ std::size_t CopyLane::flush_for(Copy& copy, cudaStream_t stream, RestOfCopy what
       const cudaEvent_t marker = markers_.at(copy.marker - passed_marker_ - 1).second;
       check(cudaStreamWaitEvent(stream_.get(), marker, 0),
             cat("cudaStreamWaitEvent(marker for ", copy.what, ")"));
+      ++activity_.gated_flushes;
+      activity_.gated_bytes += rest->bytes;
     }
     submit(*rest);
   }

@@ -32,6 +32,8 @@ py::dict link_dict(const io::LinkActivity& a) {
   d["idle_s"] = a.idle_s;
   d["chunks"] = a.chunks;
   d["bytes"] = a.bytes;
+  d["gated_flushes"] = a.gated_flushes;
+  d["gated_bytes"] = a.gated_bytes;
   return d;
 }
 

@@ -174,9 +174,36 @@ TEST(CudaCopier, LinkActivityAccountsForEveryByteAndTheWholeTime) {
   EXPECT_GT(in.busy_s, 0.001);                                     // 512 MiB cannot cross in 1 ms
   EXPECT_GT(in.idle_s, 0.015);                                     // the 20 ms sleep
   EXPECT_NEAR(in.busy_s + in.waiting_s + in.idle_s, wall, 0.005);  // nothing unaccounted
+  EXPECT_EQ(in.gated_flushes, 0u);                                 // nothing waited for a compute marker
   EXPECT_EQ(link->to_host.bytes, 0u);
   EXPECT_EQ(link->to_host.busy_s, 0.0);
   EXPECT_EQ(copier->take_link_activity()->to_device.bytes, 0u);  // counting starts again
+}
+
+// A copy waited for before the compute stream reaches its marker goes onto the lane's stream
+// behind a device-side wait for the marker, and the link activity counts it: the compute
+// stream (the legacy default one here) is held by a 1 GiB copy (about 20 ms), the marker comes
+// after that, and the small copy is waited for at once.
+TEST(CudaCopier, AFlushBeforeItsMarkerPassedIsCountedAsGated) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  constexpr std::size_t kBig = 1024 * kMiB;
+  constexpr std::size_t kSmall = 8 * kMiB;
+  auto copier = make_cuda_copier(0, CopyOrder::kDeadline);
+  PinnedBuffer host(*copier, kBig);
+  DeviceBuffer big(*copier, kBig);
+  DeviceBuffer small(*copier, kSmall);
+  static_cast<void>(copier->take_link_activity());
+  auto holding = copier->to_device(big.data(), host.data(), kBig, {false, 1000});
+  holding->block_stream(nullptr);                              // the compute stream waits ~20 ms
+  copier->wait_for_stream(nullptr, CopyDirection::kToDevice);  // the marker: after that wait
+  auto gated = copier->to_device(small.data(), host.data(), kSmall, {false, 1});
+  gated->block_stream(nullptr);
+  gated->wait();
+  holding->wait();
+  const LinkActivity in = copier->take_link_activity()->to_device;
+  EXPECT_EQ(in.gated_flushes, 1u);
+  EXPECT_EQ(in.gated_bytes, kSmall);
+  EXPECT_EQ(in.bytes, kBig + kSmall);
 }
 
 // A stream may wait for a copy before the dispatcher has queued it anywhere (a slot in device

@@ -7,14 +7,16 @@ import link_activity  # noqa: E402
 
 
 def step(busy, waiting, idle, gigabytes):
-    one = dict(busy_s=busy, waiting_s=waiting, idle_s=idle, chunks=int(gigabytes * 128), bytes=int(gigabytes * 1e9))
+    one = dict(busy_s=busy, waiting_s=waiting, idle_s=idle, chunks=int(gigabytes * 128), bytes=int(gigabytes * 1e9),
+               gated_flushes=0, gated_bytes=0)
     return {"link": {"to_host": one, "to_device": dict(one, busy_s=busy * 2)}}
 
 
 def test_the_median_is_taken_per_direction_and_field():
     steps = [step(10, 1, 5, 500), step(12, 3, 1, 600), step(11, 2, 9, 550), {"link": None}]
     m = link_activity.median(steps)
-    assert m["to_host"] == dict(busy_s=11, waiting_s=2, idle_s=5, chunks=550 * 128, bytes=int(550e9))
+    assert m["to_host"] == dict(busy_s=11, waiting_s=2, idle_s=5, chunks=550 * 128, bytes=int(550e9), gated_flushes=0,
+                                gated_bytes=0)
     assert m["to_device"]["busy_s"] == 22
 
 
@@ -28,3 +30,11 @@ def test_the_wording_gives_the_rate_while_busy():
                     "to device busy 20.00 s (25.0 GB/s), waiting 1.50 s, idle 5.00 s")
     idle = dict(busy_s=0, waiting_s=0, idle_s=3, chunks=0, bytes=0)
     assert link_activity.describe({"to_host": idle, "to_device": idle}).startswith("to host busy 0.00 s, waiting")
+
+
+def test_copies_queued_behind_a_compute_marker_are_named():
+    link = step(10, 1.5, 5, 500)["link"]
+    link["to_device"].update(gated_flushes=120, gated_bytes=12 * 2**30)
+    assert link_activity.describe(link).endswith(
+        "to device busy 20.00 s (25.0 GB/s), waiting 1.50 s, idle 5.00 s, 120 copies queued behind a compute marker "
+        "(12.0 GiB)")

@@ -61,6 +61,11 @@ struct LinkActivity {
   double idle_s = 0;     // nothing to copy
   std::uint64_t chunks = 0;
   std::uint64_t bytes = 0;  // put on the stream
+  // Copies something had to wait for before the compute stream reached their marker: the rest of
+  // each went onto the stream behind a device-side wait for that marker, and every chunk queued
+  // after it waits too (counted as busy), and their bytes.
+  std::uint64_t gated_flushes = 0;
+  std::uint64_t gated_bytes = 0;
 };
 struct LinkActivities {
   LinkActivity to_host;
