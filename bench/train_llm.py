@@ -193,6 +193,11 @@ def parse_args(argv):
                         "both are busy, e.g. 94GB/s (the H100 machines, bench/RESULTS.md session 19), for the planner's "
                         "booking, its search for planned waits and the prediction (default: each direction at its "
                         "own probed rate)")
+    p.add_argument("--plan-latency", metavar="TIME", type=parse_duration,
+                   help="TeraIO modes: Session(request_latency=TIME), e.g. 200us: the fixed cost per copy the "
+                        "planner plans with (default: the planner's 20us). The plans are just in time, so a runtime "
+                        "that adds more per copy falls behind; a plan for more latency issues copies earlier "
+                        "(bench/RESULTS.md, session 30)")
     p.add_argument("--hole", default="0", metavar="SIZE",
                    help="TeraIO modes: Session(hole_bytes=SIZE): planned steps hold a device block of SIZE, inside "
                         "the budget, and hand it to the allocator just before an operator whose largest output "
@@ -302,6 +307,21 @@ def parse_rate(text):
         return _native.parse_bandwidth(text)
     except _native.Error as error:
         raise ValueError(f"rate {text!r}: {error}") from None
+
+
+def parse_duration(text):
+    """Seconds in a time such as 200us, parsed by TeraIO (an argparse type)."""
+    try:
+        from teraio import _native
+    except ImportError:
+        raise argparse.ArgumentTypeError(f"time {text!r}: parsing a time needs TeraIO's native module") from None
+    try:
+        seconds = _native.parse_duration(text)
+    except _native.Error as error:
+        raise argparse.ArgumentTypeError(f"time {text!r}: {error}") from None
+    if not 0 <= seconds <= 1:
+        raise argparse.ArgumentTypeError(f"time {text!r}: want 0 to 1 s, such as 200us")
+    return seconds
 
 
 def parse_counts(text):
@@ -547,7 +567,7 @@ def open_session(args, mode, device):
                           recast_activations=args.recast_activations == "on", keep_copies=args.keep_copies == "on",
                           retime_steps=args.retime, stall_rounds=args.stall_rounds,
                           reuse_blocks=args.reuse_blocks == "on",
-                          hole_bytes=args.hole,
+                          hole_bytes=args.hole, request_latency=args.plan_latency,
                           bandwidths={"duplex": parse_rate(args.pcie_duplex)} if args.pcie_duplex else None)
 
 

@@ -184,6 +184,7 @@ class Session:
         stall_rounds=None,
         reuse_blocks=False,
         hole_bytes=0,
+        request_latency=None,
     ):
         if isinstance(ssd, (str, os.PathLike)):
             ssd = [ssd]
@@ -213,6 +214,11 @@ class Session:
             "reuse_blocks": bool(reuse_blocks),
             "hole_bytes": _size(hole_bytes, "hole_bytes"),
         }
+        if request_latency is not None:
+            latency = float(request_latency)
+            if not 0 <= latency <= 1:
+                raise ValueError(f"request_latency must be between 0 and 1 second (got {request_latency!r})")
+            config["request_latency"] = latency
         for key, value in (bandwidths or {}).items():
             if key not in ("d2h", "h2d", "ssd_read", "ssd_write", "duplex"):
                 raise ValueError(f"bandwidths: unknown key {key!r} (d2h, h2d, ssd_read, ssd_write, duplex)")

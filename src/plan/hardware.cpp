@@ -12,7 +12,8 @@ std::string Hardware::describe() const {
              format_bandwidth(h2d_bandwidth),
              pcie_duplex_bandwidth > 0 ? cat(", both at once ", format_bandwidth(pcie_duplex_bandwidth)) : "",
              ", SSD write ", format_bandwidth(ssd_write_bandwidth), " read ",
-             format_bandwidth(ssd_read_bandwidth), gpudirect ? ", GPUDirect" : ", bounce through host");
+             format_bandwidth(ssd_read_bandwidth), gpudirect ? ", GPUDirect" : ", bounce through host", ", ",
+             format_duration(request_latency_s), " a request");
 }
 
 std::string_view to_string(Direction direction) {

@@ -49,6 +49,9 @@ void bind_core(py::module_& m) {
   m.def(
       "parse_bandwidth", [](const std::string& text) { return parse_bandwidth(text); }, py::arg("text"),
       "Bytes per second from a string such as \"94GB/s\", \"800MiB/s\" or a plain number.");
+  m.def(
+      "parse_duration", [](const std::string& text) { return parse_duration(text); }, py::arg("text"),
+      "Seconds from a string such as \"200us\", \"12ms\", \"2s\" or a plain number of seconds.");
   m.def("format_bytes", &format_bytes, py::arg("bytes"));
   m.def("format_bandwidth", &format_bandwidth, py::arg("bytes_per_second"));
 

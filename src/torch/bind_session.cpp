@@ -177,6 +177,7 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   c.ssd_read_bandwidth = get("ssd_read", 0.0);
   c.ssd_write_bandwidth = get("ssd_write", 0.0);
   c.pcie_duplex_bandwidth = get("duplex", 0.0);
+  c.request_latency_s = get("request_latency", -1.0);
   c.probe_bytes = get("probe_bytes", c.probe_bytes);
   c.record_releases = get("record_releases", false);
   c.keep_copies = get("keep_copies", false);

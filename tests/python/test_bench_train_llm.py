@@ -126,22 +126,35 @@ def test_hole_reaches_the_session_and_its_counts_the_table(tmp_path, swap_dir):
     assert "hole handed over" in done.stdout
 
 
-def test_pcie_duplex_reaches_the_planner_and_the_table_says_so(tmp_path, swap_dir):
+def test_pcie_duplex_and_plan_latency_reach_the_planner_and_the_table_says_so(tmp_path, swap_dir):
     out = tmp_path / "out"
     done = run_bench("--workload", "tiny", "--modes", "ideal,teraio-ssd", "--steps", "2", "--teraio-budget", "1MiB",
                      "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--out", str(out),
-                     "--pcie-duplex", "1.5GB/s")
+                     "--pcie-duplex", "1.5GB/s", "--plan-latency", "2ms")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     entry = json.loads((out / "tiny-nocap.json").read_text())["modes"]["teraio-ssd"]
     assert entry["summary"]["exact"] is True
     assert "both at once 1.50 GB/s" in entry["teraio"]["plan"]["hardware"], entry["teraio"]["plan"]
     assert "teraio-ssd: planned for " in done.stdout and "both at once 1.50 GB/s" in done.stdout
+    assert "2.00 ms a request" in entry["teraio"]["plan"]["hardware"], entry["teraio"]["plan"]
 
 
-@pytest.mark.parametrize("rate, says", [("0", "--pcie-duplex '0': want a rate above 0"),
-                                        ("fast", "rate 'fast': cannot parse bandwidth 'fast'")])
-def test_a_bad_pcie_duplex_is_refused(tmp_path, rate, says):
-    done = run_bench("--workload", "tiny", "--modes", "teraio-ssd", "--pcie-duplex", rate, "--out", str(tmp_path))
+@pytest.mark.parametrize("time, says", [("2s", "time '2s': want 0 to 1 s"),
+                                        ("soon", "time 'soon': ")])
+def test_a_bad_plan_latency_is_refused(tmp_path, time, says):
+    done = run_bench("--workload", "tiny", "--modes", "teraio-ssd", "--plan-latency", time, "--out", str(tmp_path))
+    assert done.returncode == 2
+    assert says in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("--pcie-duplex", "0", "--pcie-duplex '0': want a rate above 0"),
+    ("--pcie-duplex", "fast", "rate 'fast': cannot parse bandwidth 'fast'"),
+    ("--plan-latency", "2s", "time '2s': want 0 to 1 s"),
+    ("--plan-latency", "soon", "time 'soon': "),
+])
+def test_a_bad_link_model_is_refused(tmp_path, option, value, says):
+    done = run_bench("--workload", "tiny", "--modes", "teraio-ssd", option, value, "--out", str(tmp_path))
     assert done.returncode == 2
     assert says in done.stderr, done.stderr
 

@@ -150,6 +150,9 @@ def test_bad_arguments_are_refused(tmp_path):
         teraio.Session(device="cpu", bandwidths={"both": 1e9})
     with pytest.raises(teraio.Error, match=r'bandwidths\["duplex"\] must be a finite number of bytes/s >= 0'):
         teraio.Session(device="cpu", bandwidths={"duplex": -1})
+    for latency in (-1e-6, 2, float("nan")):
+        with pytest.raises(ValueError, match="request_latency must be between 0 and 1 second"):
+            teraio.Session(device="cpu", request_latency=latency)
     with pytest.raises(teraio.Error, match=r'bandwidths\["d2h"\]'):
         teraio.Session(device="cpu", bandwidths={"d2h": float("nan")})
     session = teraio.Session(device="cpu")
