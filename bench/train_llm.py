@@ -193,7 +193,7 @@ def parse_args(argv):
                         "both are busy, e.g. 94GB/s (the H100 machines, bench/RESULTS.md session 19), for the planner's "
                         "booking, its search for planned waits and the prediction (default: each direction at its "
                         "own probed rate)")
-    p.add_argument("--plan-latency", metavar="TIME", type=parse_duration,
+    p.add_argument("--plan-latency", metavar="TIME",
                    help="TeraIO modes: Session(request_latency=TIME), e.g. 200us: the fixed cost per copy the "
                         "planner plans with (default: the planner's 20us). The plans are just in time, so a runtime "
                         "that adds more per copy falls behind; a plan for more latency issues copies earlier "
@@ -267,6 +267,8 @@ def parse_args(argv):
             parse_counts(args.recompute_counts)
         if args.pcie_duplex is not None and parse_rate(args.pcie_duplex) <= 0:
             raise ValueError(f"--pcie-duplex {args.pcie_duplex!r}: want a rate above 0, such as 94GB/s")
+        if args.plan_latency is not None:
+            parse_duration(args.plan_latency)
     except ValueError as error:
         p.error(str(error))
     if any(m.startswith("teraio") for m in args.mode_list) and args.budget is None and args.teraio_budget is None:
@@ -297,30 +299,28 @@ def parse_size(text):
         raise ValueError(f"size {text!r}: {error}") from None
 
 
-def parse_rate(text):
-    """Bytes per second in a rate such as 94GB/s, parsed by TeraIO."""
+def parse_with_teraio(what, parser, text):
+    """`text` read by TeraIO's native parser `parser` (a ValueError naming `what` if it cannot)."""
     try:
         from teraio import _native
     except ImportError:
-        raise ValueError(f"rate {text!r}: parsing a rate needs TeraIO's native module") from None
+        raise ValueError(f"{what} {text!r}: parsing a {what} needs TeraIO's native module") from None
     try:
-        return _native.parse_bandwidth(text)
+        return getattr(_native, parser)(text)
     except _native.Error as error:
-        raise ValueError(f"rate {text!r}: {error}") from None
+        raise ValueError(f"{what} {text!r}: {error}") from None
+
+
+def parse_rate(text):
+    """Bytes per second in a rate such as 94GB/s."""
+    return parse_with_teraio("rate", "parse_bandwidth", text)
 
 
 def parse_duration(text):
-    """Seconds in a time such as 200us, parsed by TeraIO (an argparse type)."""
-    try:
-        from teraio import _native
-    except ImportError:
-        raise argparse.ArgumentTypeError(f"time {text!r}: parsing a time needs TeraIO's native module") from None
-    try:
-        seconds = _native.parse_duration(text)
-    except _native.Error as error:
-        raise argparse.ArgumentTypeError(f"time {text!r}: {error}") from None
+    """Seconds in a time such as 200us, 0 to 1 s."""
+    seconds = parse_with_teraio("time", "parse_duration", text)
     if not 0 <= seconds <= 1:
-        raise argparse.ArgumentTypeError(f"time {text!r}: want 0 to 1 s, such as 200us")
+        raise ValueError(f"time {text!r}: want 0 to 1 s, such as 200us")
     return seconds
 
 
@@ -567,7 +567,7 @@ def open_session(args, mode, device):
                           recast_activations=args.recast_activations == "on", keep_copies=args.keep_copies == "on",
                           retime_steps=args.retime, stall_rounds=args.stall_rounds,
                           reuse_blocks=args.reuse_blocks == "on",
-                          hole_bytes=args.hole, request_latency=args.plan_latency,
+                          hole_bytes=args.hole, request_latency=parse_duration(args.plan_latency) if args.plan_latency else None,
                           bandwidths={"duplex": parse_rate(args.pcie_duplex)} if args.pcie_duplex else None)
 
 

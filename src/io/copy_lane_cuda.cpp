@@ -212,7 +212,6 @@ void CopyLane::run() {
     }
     if (schedule_.empty() && queued_.empty()) {
       if (stopping_) return;
-      account();
       work_.wait(lock);
       continue;
     }

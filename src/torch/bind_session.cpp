@@ -177,13 +177,14 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   c.ssd_read_bandwidth = get("ssd_read", 0.0);
   c.ssd_write_bandwidth = get("ssd_write", 0.0);
   c.pcie_duplex_bandwidth = get("duplex", 0.0);
-  c.request_latency_s = get("request_latency", -1.0);
   c.probe_bytes = get("probe_bytes", c.probe_bytes);
   c.record_releases = get("record_releases", false);
   c.keep_copies = get("keep_copies", false);
   c.reuse_blocks = get("reuse_blocks", false);
   c.hole_bytes = get("hole_bytes", std::uint64_t{0});
   c.copy_order = io::parse_copy_order(get("copy_order", std::string("deadline")));
+  if (d.contains("request_latency") && !d["request_latency"].is_none())
+    c.request_latency_s = d["request_latency"].cast<double>();
   if (d.contains("enqueue_host_copies") && !d["enqueue_host_copies"].is_none())
     c.enqueue_host_copies = d["enqueue_host_copies"].cast<bool>();
   if (get("fault_injection", false)) {

@@ -91,10 +91,9 @@ Session::Session(SessionConfig config)
       throw Error(ErrorKind::kInvalidArgument,
                   cat("bandwidths[\"", name, "\"] must be a finite number of bytes/s >= 0 (got ", rate, ")"));
   }
-  if (!std::isfinite(config_.request_latency_s) || config_.request_latency_s > 1.0) {
+  if (const auto latency = config_.request_latency_s; latency && !(*latency >= 0 && *latency <= 1)) {
     throw Error(ErrorKind::kInvalidArgument,
-                cat("request_latency must be a finite number of seconds of at most 1 (got ",
-                    config_.request_latency_s, ")"));
+                cat("request_latency must be between 0 and 1 second (got ", *latency, ")"));
   }
   if (config_.hole_bytes > 0 && config_.hole_bytes >= config_.gpu_budget) {
     throw Error(ErrorKind::kInvalidArgument,
@@ -160,7 +159,7 @@ void Session::probe_bandwidths() {
   hardware_.ssd_write_bandwidth = pick(config_.ssd_write_bandwidth, measured.ssd_write, 1e9);
   hardware_.ssd_read_bandwidth = pick(config_.ssd_read_bandwidth, measured.ssd_read, 1e9);
   hardware_.pcie_duplex_bandwidth = config_.pcie_duplex_bandwidth;
-  if (config_.request_latency_s >= 0) hardware_.request_latency_s = config_.request_latency_s;
+  hardware_.request_latency_s = config_.request_latency_s.value_or(hardware_.request_latency_s);
   hardware_.gpudirect = false;
 }
 

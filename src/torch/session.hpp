@@ -66,10 +66,10 @@ struct SessionConfig {
   // 94e9 on the H100 machines, bench/RESULTS.md session 19). Not probed: 0 plans each direction
   // at its own rate, as before.
   double pcie_duplex_bandwidth = 0;
-  // Fixed cost per migration request in the plan (plan::Hardware::request_latency_s); < 0: the
+  // Fixed cost per migration request in the plan (plan::Hardware::request_latency_s); none: the
   // planner's default. Plans are just in time, so a runtime with more latency per copy than
   // planned falls behind (bench/RESULTS.md, session 30); a plan for more latency issues earlier.
-  double request_latency_s = -1;
+  std::optional<double> request_latency_s;
   std::uint64_t probe_bytes = 64ull << 20;
   // io::EngineConfig::enqueue_host_copies (tests force it on the CPU, where it is off).
   std::optional<bool> enqueue_host_copies;
