@@ -44,7 +44,7 @@ class CopyLane::Event final : public CopyEvent {
 };
 
 CopyLane::CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events)
-    : device_(device), kind_(kind), events_(std::move(events)), stream_(device) {
+    : device_(device), kind_(kind), events_(std::move(events)), stream_(device), side_(device) {
   dispatcher_ = std::thread([this] {
     name_this_thread(kind_ == cudaMemcpyDeviceToHost ? "teraio-lane-d2h" : "teraio-lane-h2d");
     run();
@@ -104,27 +104,31 @@ std::size_t CopyLane::flush_for(Copy& copy, cudaStream_t stream, RestOfCopy what
       // it completes as any copy does; it reads nothing, so it need not wait for the marker.
       started = rest->offset > 0;
       dropped = std::exchange(rest->bytes, 0);
+      submit(*rest);
     } else if (copy.marker > passed_marker_) {
-      // Its marker has not passed yet: the stream waits for it, as in issue order. Markers not
-      // yet passed are numbered passed_marker_ + 1, + 2, ... in markers_.
+      // Its marker has not passed yet, so none of it is on the lane's stream: the side stream
+      // waits for the marker and copies it, and the lane's stream goes on with the copies that
+      // are ready. Markers not yet passed are numbered passed_marker_ + 1, + 2, ... in markers_.
       const cudaEvent_t marker = markers_.at(copy.marker - passed_marker_ - 1).second;
-      check(cudaStreamWaitEvent(stream_.get(), marker, 0),
+      check(cudaStreamWaitEvent(side_.get(), marker, 0),
             cat("cudaStreamWaitEvent(marker for ", copy.what, ")"));
       ++activity_.gated_flushes;
       activity_.gated_bytes += rest->bytes;
+      submit(*rest, side_.get(), side_queued_);
+    } else {
+      submit(*rest);
     }
-    submit(*rest);
   }
   if (started) check(cudaStreamWaitEvent(stream, copy.done, 0), cat("cudaStreamWaitEvent(", copy.what, ")"));
   return dropped;
 }
 
-void CopyLane::retire_finished() {
-  while (!queued_.empty()) {
-    const cudaError_t rc = cudaEventQuery(queued_.front().event);
+void CopyLane::retire_finished(std::deque<Queued>& queued) {
+  while (!queued.empty()) {
+    const cudaError_t rc = cudaEventQuery(queued.front().event);
     if (rc == cudaErrorNotReady) return;
-    Queued done = std::move(queued_.front());
-    queued_.pop_front();
+    Queued done = std::move(queued.front());
+    queued.pop_front();
     events_->give_back(done.event);
     if (!done.last_of) continue;
     Copy& copy = *done.last_of;
@@ -151,29 +155,28 @@ void CopyLane::advance_markers() {
   }
 }
 
-void CopyLane::submit(const CopySchedule::Chunk& chunk) {
+void CopyLane::submit(const CopySchedule::Chunk& chunk, cudaStream_t stream, std::deque<Queued>& queued) {
   std::shared_ptr<Copy> copy = scheduled_.at(chunk.id);
   if (chunk.last) scheduled_.erase(chunk.id);
-  Queued queued{events_->take(), chunk.last ? copy : nullptr};
+  Queued entry{events_->take(), chunk.last ? copy : nullptr};
   try {
     if (chunk.bytes > 0)
-      check(cudaMemcpyAsync(copy->dst + chunk.offset, copy->src + chunk.offset, chunk.bytes, kind_,
-                            stream_.get()),
+      check(cudaMemcpyAsync(copy->dst + chunk.offset, copy->src + chunk.offset, chunk.bytes, kind_, stream),
             cat("cudaMemcpyAsync(", copy->what, ")"));
   } catch (...) {
     copy->error = std::current_exception();
   }
-  if (chunk.last) copy->done = queued.event;
+  if (chunk.last) copy->done = entry.event;
   // The state so far ends here: a chunk from flush_for (another thread) makes the lane busy.
   account();
   ++activity_.chunks;
   activity_.bytes += chunk.bytes;
-  const cudaError_t rc = cudaEventRecord(queued.event, stream_.get());
+  const cudaError_t rc = cudaEventRecord(entry.event, stream);
   if (rc != cudaSuccess && !copy->error) {
     cudaGetLastError();
     copy->error = std::make_exception_ptr(Error(ErrorKind::kCuda, cat("cudaEventRecord(", copy->what, ")")));
   }
-  queued_.push_back(std::move(queued));
+  queued.push_back(std::move(entry));
 }
 
 void CopyLane::account() {
@@ -182,7 +185,7 @@ void CopyLane::account() {
   marked_ = now;
   if (!queued_.empty()) {
     activity_.busy_s += s;
-  } else if (!schedule_.empty()) {
+  } else if (!schedule_.empty() || !side_queued_.empty()) {
     activity_.waiting_s += s;
   } else {
     activity_.idle_s += s;
@@ -210,7 +213,7 @@ void CopyLane::run() {
         continue;
       }
     }
-    if (schedule_.empty() && queued_.empty()) {
+    if (schedule_.empty() && queued_.empty() && side_queued_.empty()) {
       if (stopping_) return;
       work_.wait(lock);
       continue;

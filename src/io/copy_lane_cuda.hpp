@@ -4,7 +4,11 @@
 // chunk or two. A stream that must wait for a copy still scheduled (block_stream) queues the
 // rest of it right away, from the waiting thread, and waits on its event: a device-side wait
 // never depends on the dispatcher, which could be stuck behind a device-wide synchronization
-// (cudaFree) that itself waits for that stream.
+// (cudaFree) that itself waits for that stream. A copy so queued before the compute stream has
+// reached its marker goes onto a side stream that waits for the marker on the device: on the
+// lane's own stream that wait would hold up every chunk behind it until the GPU caught up with
+// the host (session 30 measured W3's lanes moving 15-40 GB/s while busy against the link's
+// 37-50 GB/s).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -66,9 +70,16 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   void run();
   // Adds the time since the last mark to the state the lane was in (under the lock).
   void account();
-  void retire_finished();
+  void retire_finished() {
+    retire_finished(queued_);
+    retire_finished(side_queued_);
+  }
   void advance_markers();
-  void submit(const CopySchedule::Chunk& chunk);
+  // Queues a chunk on `stream` and its event on `queued` (the lane's own or the side's).
+  void submit(const CopySchedule::Chunk& chunk, cudaStream_t stream, std::deque<Queued>& queued);
+  void submit(const CopySchedule::Chunk& chunk) { submit(chunk, stream_.get(), queued_); }
+  // Retires the completed front of one queue (each completes in its stream's order).
+  void retire_finished(std::deque<Queued>& queued);
   // What flush_for does with the chunks of a copy not yet queued: queue them now (behind the
   // copy's marker), or drop them (CopyEvent::abandon).
   enum class RestOfCopy { kQueue, kDrop };
@@ -81,6 +92,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   cudaMemcpyKind kind_;
   std::shared_ptr<EventPool> events_;
   Stream stream_;
+  Stream side_;  // copies waited for before their compute marker passed (flush_for)
 
   std::mutex mutex_;
   std::condition_variable work_;      // the dispatcher: a copy arrived or the lane stops
@@ -88,6 +100,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   CopySchedule schedule_{kChunkBytes};
   std::unordered_map<CopySchedule::Id, std::shared_ptr<Copy>> scheduled_;
   std::deque<Queued> queued_;
+  std::deque<Queued> side_queued_;                             // on side_: outside the window
   std::deque<std::pair<std::uint64_t, cudaEvent_t>> markers_;  // recorded, not yet seen passed
   std::uint64_t last_marker_ = 0;
   std::uint64_t passed_marker_ = 0;

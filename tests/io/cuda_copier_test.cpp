@@ -206,6 +206,40 @@ TEST(CudaCopier, AFlushBeforeItsMarkerPassedIsCountedAsGated) {
   EXPECT_EQ(in.bytes, kBig + kSmall);
 }
 
+// A copy waited for before its marker passed waits for the marker on a side stream, not on the
+// lane's stream: a ready copy behind it on the lane finishes long before the marker passes. The
+// compute stream is held by a 2 GiB copy to the host (about 40 ms); 256 MiB to the device take
+// about 5 ms. With the marker's wait on the lane's stream they would take the 40 ms.
+TEST(CudaCopier, AGatedCopyDoesNotHoldUpTheReadyOnesBehindIt) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  constexpr std::size_t kHold = 2048 * kMiB;
+  constexpr std::size_t kReady = 256 * kMiB;
+  constexpr std::size_t kGated = 8 * kMiB;
+  auto copier = make_cuda_copier(0, CopyOrder::kDeadline);
+  PinnedBuffer host(*copier, kHold);
+  PinnedBuffer source(*copier, kReady);  // apart from what the hold writes
+  DeviceBuffer device(*copier, kHold);
+  DeviceBuffer ready_in(*copier, kReady);
+  DeviceBuffer gated_in(*copier, kGated);
+  auto holding = copier->to_host(host.data(), device.data(), kHold);
+  holding->block_stream(nullptr);  // the compute stream waits ~40 ms
+  auto ready = copier->to_device(ready_in.data(), source.data(), kReady, {false, 1000});  // no marker
+  copier->wait_for_stream(nullptr, CopyDirection::kToDevice);  // passes after the 40 ms
+  auto gated = copier->to_device(gated_in.data(), source.data(), kGated, {false, 1});
+  const auto start = std::chrono::steady_clock::now();
+  gated->block_stream(nullptr);
+  ready->wait();
+  const double ready_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const bool holding_done = holding->ready();
+  gated->wait();
+  holding->wait();
+  std::printf("ready copy done %.1f ms after the gated flush; the hold %s\n", ready_s * 1e3,
+              holding_done ? "had ended" : "had not ended");
+  EXPECT_FALSE(holding_done);
+  EXPECT_LT(ready_s, 0.025);
+  EXPECT_EQ(copier->take_link_activity()->to_device.gated_flushes, 1u);
+}
+
 // A stream may wait for a copy before the dispatcher has queued it anywhere (a slot in device
 // memory, not an event); work queued behind that wait sees the copied bytes.
 TEST(CudaCopier, AStreamWaitsForACopyNotYetQueued) {
