@@ -1,8 +1,7 @@
 """What each PCIe direction did during a step, as TeraIO's CUDA copier saw it (the step record's
 `link`, deadline order only): time with chunks on the stream (busy), with copies waiting for the
 compute stream (waiting), and with nothing to copy (idle), and how many copies were waited for
-before the compute stream reached them (gated: the lane's stream then waits on the device, and
-every chunk behind them too, which counts as busy). A plan whose copies end late on a link
+before the compute stream reached them (gated: they wait for it on a side stream). A plan whose copies end late on a link
 that was busy all along asks more than the link gives; one whose link sat idle or waiting asks at
 the wrong moments. Host clock, good to a polling interval per change of state."""
 from __future__ import annotations
@@ -28,7 +27,7 @@ def describe(link):
     for direction, words in DIRECTIONS:
         a = link[direction]
         rate = f" ({a['bytes'] / a['busy_s'] / 1e9:.1f} GB/s)" if a["busy_s"] > 0 else ""
-        gated = (f", {a['gated_flushes']:.0f} copies queued behind a compute marker ({a['gated_bytes'] / 2**30:.1f} GiB)"
+        gated = (f", {a['gated_flushes']:.0f} copies waited for ahead of their compute marker ({a['gated_bytes'] / 2**30:.1f} GiB)"
                  if a.get("gated_flushes") else "")
         parts.append(f"{words} busy {a['busy_s']:.2f} s{rate}, waiting {a['waiting_s']:.2f} s, idle {a['idle_s']:.2f} s"
                      f"{gated}")

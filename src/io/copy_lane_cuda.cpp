@@ -115,6 +115,7 @@ std::size_t CopyLane::flush_for(Copy& copy, cudaStream_t stream, RestOfCopy what
       ++activity_.gated_flushes;
       activity_.gated_bytes += rest->bytes;
       submit(*rest, side_.get(), side_queued_);
+      side_queued_.back().marker = copy.marker;
     } else {
       submit(*rest);
     }
@@ -183,7 +184,9 @@ void CopyLane::account() {
   const auto now = std::chrono::steady_clock::now();
   const double s = std::chrono::duration<double>(now - marked_).count();
   marked_ = now;
-  if (!queued_.empty()) {
+  // The side stream moves data once the marker its front copy waits for has passed.
+  const bool side_moving = !side_queued_.empty() && side_queued_.front().marker <= passed_marker_;
+  if (!queued_.empty() || side_moving) {
     activity_.busy_s += s;
   } else if (!schedule_.empty() || !side_queued_.empty()) {
     activity_.waiting_s += s;

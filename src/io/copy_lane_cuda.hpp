@@ -64,6 +64,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   struct Queued {
     cudaEvent_t event = nullptr;
     std::shared_ptr<Copy> last_of;  // set on a copy's final chunk
+    std::uint64_t marker = 0;       // on the side stream: the compute marker it waits for
   };
   class Event;
 
@@ -84,7 +85,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   // copy's marker), or drop them (CopyEvent::abandon).
   enum class RestOfCopy { kQueue, kDrop };
   // Takes the rest of a copy off the schedule and makes `stream` wait for what of the copy is
-  // on the lane's stream then (nothing to wait for when its rest was dropped whole). Under the
+  // on the lane's or the side stream then (nothing to wait for when its rest was dropped whole). Under the
   // lock, so that its event cannot be retired and reused meanwhile. Returns the bytes dropped.
   std::size_t flush_for(Copy& copy, cudaStream_t stream, RestOfCopy what_of_rest);
 

@@ -180,7 +180,7 @@ TEST(CudaCopier, LinkActivityAccountsForEveryByteAndTheWholeTime) {
   EXPECT_EQ(copier->take_link_activity()->to_device.bytes, 0u);  // counting starts again
 }
 
-// A copy waited for before the compute stream reaches its marker goes onto the lane's stream
+// A copy waited for before the compute stream reaches its marker goes onto the side stream
 // behind a device-side wait for the marker, and the link activity counts it: the compute
 // stream (the legacy default one here) is held by a 1 GiB copy (about 20 ms), the marker comes
 // after that, and the small copy is waited for at once.

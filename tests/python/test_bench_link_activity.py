@@ -36,5 +36,5 @@ def test_copies_queued_behind_a_compute_marker_are_named():
     link = step(10, 1.5, 5, 500)["link"]
     link["to_device"].update(gated_flushes=120, gated_bytes=12 * 2**30)
     assert link_activity.describe(link).endswith(
-        "to device busy 20.00 s (25.0 GB/s), waiting 1.50 s, idle 5.00 s, 120 copies queued behind a compute marker "
+        "to device busy 20.00 s (25.0 GB/s), waiting 1.50 s, idle 5.00 s, 120 copies waited for ahead of their compute marker "
         "(12.0 GiB)")

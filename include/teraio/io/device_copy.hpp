@@ -56,14 +56,14 @@ class CopyEvent {
 // why a plan's copies can end later than the planner assumed. Host clock, polled every few
 // microseconds, so each state's time is good to about one polling interval per change.
 struct LinkActivity {
-  double busy_s = 0;     // chunks on the stream (the link busy, or about to be)
-  double waiting_s = 0;  // none on the stream, copies waiting for the compute stream (their markers)
+  double busy_s = 0;     // chunks on the lane's stream, or a side copy past its marker (below)
+  double waiting_s = 0;  // otherwise copies waiting for the compute stream (their markers)
   double idle_s = 0;     // nothing to copy
   std::uint64_t chunks = 0;
   std::uint64_t bytes = 0;  // put on the stream
-  // Copies something had to wait for before the compute stream reached their marker: the rest of
-  // each went onto the stream behind a device-side wait for that marker, and every chunk queued
-  // after it waits too (counted as busy), and their bytes.
+  // Copies something had to wait for before the compute stream reached their marker, and their
+  // bytes: each went onto a side stream behind a device-side wait for that marker, so that the
+  // lane's stream goes on with the copies that are ready.
   std::uint64_t gated_flushes = 0;
   std::uint64_t gated_bytes = 0;
 };
