@@ -223,7 +223,8 @@ def parse_args(argv):
                         "report which requests made it flush its cache: their sizes and Python frames "
                         "(bench/flush_sizes.py; CUDA only)")
     p.add_argument("--save-trace", action="store_true",
-                   help="TeraIO modes: save the profiled trace (binary) and the plan beside the timeline")
+                   help="TeraIO modes: save the profiled trace (binary), the plan, and each measured "
+                        "step's device waits (bench/device_stalls.py) beside the timeline")
     p.add_argument("--recompute-tier", choices=("host", "ssd", "mixed"), default="host",
                    help="teraio-recompute: the tiers, as in teraio-host, teraio-ssd or teraio-mixed (default host)")
     p.add_argument("--recompute-trials", type=int, default=9,
@@ -705,6 +706,7 @@ def train(args, workload, mode, device, result, stem):
             warmup = session.retime_steps_left
         tuned = len(result["steps"])
         saved = False
+        device_waits = []  # --save-trace: each measured step's Session.device_waits()
         for i in range(warmup + args.steps):
             # The allocator's counters are read outside the timed part.
             with watch.step() as held_up:
@@ -719,6 +721,10 @@ def train(args, workload, mode, device, result, stem):
             if session is not None:
                 record.update(session_fields(session.last_step))
             print_step(args, mode, record, tuned + warmup + args.steps)
+            if args.save_trace and session is not None and record["measured"]:
+                device_waits.append({"step": record["step"], "time_s": record["time_s"],
+                                     "device_stall_s": session.last_step["device_stall_s"],
+                                     "waits": session.device_waits()})
             if args.save_trace and session is not None and session.last_step.get("planned_now"):
                 # Saved whenever a plan is made, so that a failing planned step still leaves them.
                 save_trace_and_plan(session, f"{stem}-{mode}")
@@ -755,6 +761,10 @@ def train(args, workload, mode, device, result, stem):
         if session is not None:
             if args.save_trace and not saved:  # planned before this loop (the tuner's session)
                 save_trace_and_plan(session, f"{stem}-{mode}")
+            if args.save_trace:
+                # Beside the trace and plan: bench/device_stalls.py lines them up with the simulation.
+                pathlib.Path(f"{stem}-{mode}-device-waits.json").write_text(
+                    json.dumps({"mode": mode, "steps": device_waits}))
             result["teraio"] = teraio_summary(session, f"{stem}-{mode}", args.save_trace)
             if session.recasts is not None:
                 result["recast"] = session.recasts.describe()

@@ -258,6 +258,15 @@ class Session:
         if self.last_step["planned_now"] and self._plan_filter is not None:
             self._native.set_migrations(list(self._plan_filter(self._native.migrations())))
 
+    def device_waits(self):
+        """Where the last step's ``device_stall_s`` went: a list of ``(op, kind, seconds)``, one
+        per wait for a copy that held the compute stream, in the order queued. ``op`` is the
+        index of the operator whose callbacks queued the wait (it holds that operator's kernels,
+        or the next one's); ``kind`` is ``"copy in"`` (a tensor not back yet), ``"copy out"``
+        (memory not free yet) or ``"abandoned copy out"``. Empty on a CPU or while not
+        observing."""
+        return self._native.device_waits()
+
     @contextlib.contextmanager
     def resident(self, *objects):
         """Tracked tensors back in device memory, for code that reads storage directly

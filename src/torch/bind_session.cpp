@@ -236,6 +236,13 @@ void bind_session(py::module_& m) {
              }
              return step_dict(r);
            })
+      .def("device_waits",
+           [](const NativeSession& s) {
+             py::list out;
+             for (const DeviceWait& w : s.session->device_waits())
+               out.append(py::make_tuple(w.op, to_string(w.kind), w.seconds));
+             return out;
+           })
       .def("abort_step",
            [](NativeSession& s) {
              s.step_thread->settle();

@@ -10,17 +10,27 @@
 #endif
 
 namespace teraio::torch_binding {
+
+const char* to_string(DeviceWaitKind kind) {
+  switch (kind) {
+    case DeviceWaitKind::kCopyOut: return "copy out";
+    case DeviceWaitKind::kCopyIn: return "copy in";
+    case DeviceWaitKind::kAbandoned: return "abandoned copy out";
+  }
+  return "?";
+}
+
 namespace {
 
 // The host copier's copies have completed when they return: nothing is ever waited for.
 class HostWaitClock final : public DeviceWaitClock {
  public:
-  void block(io::CopyEvent& copy) override { copy.wait(); }
-  std::size_t block_started(io::CopyEvent& copy) override {
+  void block(io::CopyEvent& copy, std::uint32_t, DeviceWaitKind) override { copy.wait(); }
+  std::size_t block_started(io::CopyEvent& copy, std::uint32_t) override {
     copy.wait();
     return 0;
   }
-  double collect() override { return 0; }
+  double collect(std::vector<DeviceWait>*) override { return 0; }
 };
 
 #ifdef TERAIO_TORCH_CUDA
@@ -37,22 +47,24 @@ class CudaWaitClock final : public DeviceWaitClock {
   CudaWaitClock(const CudaWaitClock&) = delete;
   CudaWaitClock& operator=(const CudaWaitClock&) = delete;
 
-  void block(io::CopyEvent& copy) override {
-    measured([&](cudaStream_t stream) { copy.block_stream(stream); });
+  void block(io::CopyEvent& copy, std::uint32_t op, DeviceWaitKind kind) override {
+    measured(op, kind, [&](cudaStream_t stream) { copy.block_stream(stream); });
   }
-  std::size_t block_started(io::CopyEvent& copy) override {
+  std::size_t block_started(io::CopyEvent& copy, std::uint32_t op) override {
     std::size_t dropped = 0;
-    measured([&](cudaStream_t stream) { dropped = copy.abandon(stream); });
+    measured(op, DeviceWaitKind::kAbandoned, [&](cudaStream_t stream) { dropped = copy.abandon(stream); });
     return dropped;
   }
 
-  double collect() override {
+  double collect(std::vector<DeviceWait>* waits) override {
     double total = 0;
     if (used_ > 0) check_cuda(cudaEventSynchronize(pairs_[used_ - 1].second), "cudaEventSynchronize");
     for (std::size_t i = 0; i < used_; ++i) {
       float ms = 0;
       check_cuda(cudaEventElapsedTime(&ms, pairs_[i].first, pairs_[i].second), "cudaEventElapsedTime");
-      total += static_cast<double>(ms) / 1e3;
+      const double seconds = static_cast<double>(ms) / 1e3;
+      total += seconds;
+      if (waits != nullptr && ms > 0) waits->push_back(DeviceWait{tags_[i].op, tags_[i].kind, seconds});
     }
     used_ = 0;
     return total;
@@ -61,14 +73,16 @@ class CudaWaitClock final : public DeviceWaitClock {
  private:
   // Queues `wait` on the compute stream between two events that time it.
   template <typename Wait>
-  void measured(Wait&& wait) {
+  void measured(std::uint32_t op, DeviceWaitKind kind, Wait&& wait) {
     if (used_ == pairs_.size()) {
       cudaEvent_t before = nullptr;
       cudaEvent_t after = nullptr;
       check_cuda(cudaEventCreate(&before), "cudaEventCreate");
       check_cuda(cudaEventCreate(&after), "cudaEventCreate");
       pairs_.emplace_back(before, after);
+      tags_.emplace_back();
     }
+    tags_[used_] = DeviceWait{op, kind, 0};
     auto [before, after] = pairs_[used_];
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
     check_cuda(cudaEventRecord(before, stream), "cudaEventRecord(before a device wait)");
@@ -79,6 +93,7 @@ class CudaWaitClock final : public DeviceWaitClock {
 
   c10::Device device_;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> pairs_;
+  std::vector<DeviceWait> tags_;  // beside pairs_: what each wait was for
   std::size_t used_ = 0;
 };
 #endif

@@ -6,23 +6,40 @@
 
 #include <c10/core/Device.h>
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "teraio/io/device_copy.hpp"
 
 namespace teraio::torch_binding {
 
+// What the compute stream waited for: a copy out before the memory is reused, a copy in before
+// the tensor is used, or the started bytes of a copy out given up.
+enum class DeviceWaitKind : std::uint8_t { kCopyOut, kCopyIn, kAbandoned };
+const char* to_string(DeviceWaitKind kind);
+
+// One wait that held the compute stream, with the operator whose callbacks queued it (the wait
+// holds that operator's kernels, or the next one's where it was queued after the operator).
+struct DeviceWait {
+  std::uint32_t op = 0;
+  DeviceWaitKind kind = DeviceWaitKind::kCopyIn;
+  double seconds = 0;
+};
+
 class DeviceWaitClock {
  public:
   virtual ~DeviceWaitClock() = default;
-  // Makes the device's current compute stream wait for `copy` (the CPU: waits on the host).
-  virtual void block(io::CopyEvent& copy) = 0;
+  // Makes the device's current compute stream wait for `copy` (the CPU: waits on the host);
+  // `op` and `kind` say which operator queued the wait and why (collect's waits).
+  virtual void block(io::CopyEvent& copy, std::uint32_t op, DeviceWaitKind kind) = 0;
   // The same for a copy no longer wanted: waits for the bytes it has started only
   // (CopyEvent::abandon). Returns the bytes it will not copy.
-  virtual std::size_t block_started(io::CopyEvent& copy) = 0;
+  virtual std::size_t block_started(io::CopyEvent& copy, std::uint32_t op) = 0;
   // Seconds the compute stream waited since the last call. Waits for the latest measured wait
   // to have passed on the device (one host synchronization per call: call it once per step).
-  virtual double collect() = 0;
+  // `waits`, when given, receives each wait that held the stream (any time at all), in order.
+  virtual double collect(std::vector<DeviceWait>* waits = nullptr) = 0;
 };
 
 std::unique_ptr<DeviceWaitClock> make_device_wait_clock(c10::Device device);

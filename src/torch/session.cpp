@@ -259,7 +259,8 @@ StepRecord Session::end_step() {
       diverge(cat("the step ran ", op_counter_, " operators, the profiled one ", trace_->ops.size()));
     }
     record.stats = executor_->end_step();
-    record.device_stall_s = memory_->collect_device_stall();
+    device_waits_.clear();
+    record.device_stall_s = memory_->collect_device_stall(&device_waits_);
     record.blocks_reused = memory_->collect_blocks_reused();
     const StorageMemory::FetchFlushes flushes = memory_->collect_fetch_flushes();
     record.fetch_flushes = flushes.count;
@@ -517,6 +518,11 @@ void Session::close() {
   store_.reset();
   phase_ = SessionPhase::kClosed;
   if (pending_error_) std::rethrow_exception(std::exchange(pending_error_, nullptr));
+}
+
+std::vector<DeviceWait> Session::device_waits() const {
+  std::lock_guard lock(mutex_);
+  return device_waits_;
 }
 
 void Session::export_timeline(const std::string& path) const {

@@ -194,6 +194,9 @@ class Session {
   // The step's code raised: closes the step without planning from it, and rethrows the
   // storage-engine error that caused it, if one did.
   void abort_step();
+  // Each wait for a copy that held the compute stream in the last step that ended, with the
+  // operator that queued it (CUDA; empty elsewhere): where the step's device_stall_s went.
+  std::vector<DeviceWait> device_waits() const;
   // Brings the given tensors' storages (every tracked one when empty) back into device memory,
   // above the budget if need be, and keeps the session from moving anything until
   // exit_resident(). Returns the bytes it had to fetch.
@@ -376,7 +379,8 @@ class Session {
   std::vector<StepRecord> steps_;
   std::vector<runtime::OpSpan> op_spans_;
   std::vector<runtime::StepStats> timeline_steps_;
-  int slot_ = -1;  // in the observer's registry
+  std::vector<DeviceWait> device_waits_;  // the last step's (device_waits())
+  int slot_ = -1;                         // in the observer's registry
 };
 
 }  // namespace teraio::torch_binding

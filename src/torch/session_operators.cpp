@@ -298,6 +298,7 @@ void Session::run_before_op(OpState& op, bool after_the_fact) {
     // (recordStream, for one, skips an alias).
     {
       const TimedNs timed(callback_parts_.ns(CallbackPart::kBeforeOp));
+      memory_->at_op(static_cast<std::uint32_t>(op.k));
       executor_->before_op(op.k, op.used, expected_births(op.k));
     }
     memory_->hand_back_settled(*executor_);

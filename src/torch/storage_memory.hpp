@@ -19,9 +19,11 @@
 #include <c10/core/Device.h>
 #include <c10/core/Stream.h>
 
+#include <cstdint>
 #include <map>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "callback_parts.hpp"
 #include "device_wait_clock.hpp"
@@ -54,8 +56,11 @@ class StorageMemory final : public runtime::TensorMemory {
   void release_after(TensorId id, io::CopyEvent& copied_out) override;
   void use_after(TensorId id, io::CopyEvent& copied_in) override;
   std::uint64_t cancel_copy_out(TensorId id, io::CopyEvent& copying_out) override;
-  // Seconds the compute stream waited for copies since the last call (once per step).
-  double collect_device_stall() { return clock_->collect(); }
+  // The operator whose callbacks run now: the device waits queued from here on are its own.
+  void at_op(std::uint32_t op) { op_ = op; }
+  // Seconds the compute stream waited for copies since the last call (once per step), and
+  // each wait that held it where `waits` is given.
+  double collect_device_stall(std::vector<DeviceWait>* waits = nullptr) { return clock_->collect(waits); }
   // Fetches given a spare block (reuse_blocks), since the last call.
   std::uint64_t collect_blocks_reused() { return std::exchange(blocks_reused_, 0); }
   // The caching allocator's flushes (retries after freeing its whole cache) that happened inside
@@ -88,6 +93,7 @@ class StorageMemory final : public runtime::TensorMemory {
   c10::Device device_;
   CallbackParts& parts_;
   std::unique_ptr<DeviceWaitClock> clock_;
+  std::uint32_t op_ = 0;  // at_op
   // Owning pointers of the memory of transfers in flight, by tensor.
   std::unordered_map<TensorId, c10::DataPtr> held_;
   // hand_back_settled() runs several times per operator: it looks through held_ only when

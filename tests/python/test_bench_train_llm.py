@@ -338,6 +338,10 @@ def test_a_count_tried_twice_saves_both_profiles_and_goes_back_to_the_faster(tmp
     for name in ("c2", "c0", "c2-2"):
         assert (out / f"tiny-nocap-teraio-recompute-{name}-trace.tiotrace").is_file(), name
         assert list(out.glob(f"tiny-nocap-teraio-recompute-{name}-plan.*")), name
+    # Each measured step's device waits (none on a CPU: the host copier's copies are done when
+    # they return), for bench/device_stalls.py.
+    waits = json.loads((out / "tiny-nocap-teraio-recompute-device-waits.json").read_text())
+    assert [(s["waits"], s["device_stall_s"]) for s in waits["steps"]] == [([], 0.0)] * 2, waits
     recompute = json.loads((out / "tiny-nocap.json").read_text())["modes"]["teraio-recompute"]["recompute"]
     trials = recompute["trials"]
     assert [t["count"] for t in trials] == [2, 0, 2]

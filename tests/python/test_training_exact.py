@@ -94,6 +94,7 @@ class Run:
     params: dict[str, torch.Tensor]          # parameters and buffers after the last step, on the CPU
     optimizer_state: dict[str, torch.Tensor]
     report: dict | None                      # session.report().to_dict() when run under a session
+    device_waits: list | None = None         # session.device_waits() after the last step
 
 
 def batches(config: GPTConfig, count: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -116,9 +117,10 @@ def train(build_model: Callable[[], nn.Module], build_optimizer: Callable, steps
         for step in range(steps):
             with session.step() if session is not None else contextlib.nullcontext():
                 losses += train_step(model, optimizer, data[step * accumulate:(step + 1) * accumulate], device)
+        waits = None if session is None else session.device_waits()
         # Copies are operators: outside a step, offloaded tensors are fetched on demand.
         params, state = snapshot_params(model), snapshot_optimizer(optimizer)
-        return Run(losses, params, state, None if session is None else session.report().to_dict())
+        return Run(losses, params, state, None if session is None else session.report().to_dict(), waits)
     finally:
         if session is not None:
             session.close()
@@ -222,6 +224,16 @@ def test_waits_handed_to_the_device_stay_exact(device, swap_dir):
     planned = planned_steps(run)
     assert all(s["device_waits"] > 0 for s in planned), [s["device_waits"] for s in planned]
     assert all(s["bytes_to_ssd"] == 0 and s["bytes_to_host"] > 0 for s in planned), planned
+    # Where the last step's device stall went: each wait that held the compute stream, by the
+    # operator that queued it. The host's copies have completed when they return: no waits.
+    last = planned[-1]
+    if torch.device(device).type == "cpu":
+        assert run.device_waits == [] and last["device_stall_s"] == 0
+    else:
+        assert len(run.device_waits) <= last["device_waits"] + last["cancelled_offloads"]
+        assert all(0 <= op < last["ops"] and kind in ("copy in", "copy out", "abandoned copy out") and seconds > 0
+                   for op, kind, seconds in run.device_waits), run.device_waits
+        assert sum(w[2] for w in run.device_waits) == pytest.approx(last["device_stall_s"], rel=1e-9, abs=1e-12)
 
 
 def test_copies_run_as_issued_stay_exact(device, swap_dir):

@@ -1,0 +1,173 @@
+"""Where a planned step's device stall went, against where the plan's simulation put it.
+
+The runtime times every wait for a copy that it queues on the compute stream
+(`Session.device_waits()`: operator, kind, seconds); `teraio simulate TRACE PLAN --timeline T`
+writes the simulated step, each operator with the stall before it. This lines the two up by
+operator and by stretch of the step (each micro-batch's forward and backward, the optimizer), so
+that a runtime trailing its plan shows where it loses the time: everywhere a little (a per-copy
+latency) or in a few places (a plan the runtime cannot follow there).
+
+  python3 bench/device_stalls.py W3-79GiB-teraio-recompute-device-waits.json \\
+      --trace W3-79GiB-teraio-recompute-trace.tiotrace --plan W3-79GiB-teraio-recompute-plan.json
+  python3 bench/device_stalls.py WAITS.json --timeline simulated-timeline.json
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+KINDS = ("copy in", "copy out", "abandoned copy out")
+DEFAULT_TERAIO = pathlib.Path(__file__).resolve().parents[1] / "build" / "release" / "tools" / "teraio" / "teraio"
+
+
+class SimulatedOp(collections.namedtuple("SimulatedOp", "name phase start_s end_s stall_s")):
+    """One operator of the simulated step (times in seconds from the step's start)."""
+
+
+def simulated_ops(timeline):
+    """{op index: SimulatedOp} from the Chrome trace-event JSON of `teraio simulate --timeline`."""
+    ops = {}
+    for event in timeline["traceEvents"]:
+        args = event.get("args", {})
+        if event.get("ph") == "X" and "op" in args:
+            start = event["ts"] / 1e6
+            ops[int(args["op"])] = SimulatedOp(event["name"], event.get("cat", "other"), start,
+                                               start + event["dur"] / 1e6, args.get("stall_us", 0) / 1e6)
+    if not ops:
+        raise ValueError("the timeline has no operators: is it teraio simulate's --timeline output?")
+    return ops
+
+
+def measured_by_op(waits):
+    """{op index: {kind: seconds}} from Session.device_waits()'s (op, kind, seconds) triples."""
+    by_op = collections.defaultdict(lambda: dict.fromkeys(KINDS, 0.0))
+    for op, kind, seconds in waits:
+        if kind not in KINDS:
+            raise ValueError(f"unknown device wait kind {kind!r}")
+        by_op[int(op)][kind] += seconds
+    return dict(by_op)
+
+
+def stretches(ops):
+    """Runs of consecutive operators of one phase, named as they come: 'forward 1',
+    'backward 1', 'forward 2', ..., 'optimizer 1'. Returns [(name, first op, last op)]."""
+    runs, seen = [], collections.Counter()
+    for k in sorted(ops):
+        phase = ops[k].phase
+        if runs and runs[-1][0] == phase:
+            runs[-1][2] = k
+        else:
+            seen[phase] += 1
+            runs.append([phase, k, k, seen[phase]])
+    return [(f"{phase} {n}", first, last) for phase, first, last, n in runs]
+
+
+def compare(waits, ops, worst=15):
+    """The measured waits against the simulated stalls: totals, per stretch, and the operators
+    where the runtime waited longest beyond its simulation."""
+    measured = measured_by_op(waits)
+    unknown = sorted(k for k in measured if k not in ops)
+    total = {kind: sum(m[kind] for m in measured.values()) for kind in KINDS}
+    rows = []
+    for name, first, last in stretches(ops):
+        ks = [k for k in range(first, last + 1) if k in ops]
+        row = {"stretch": name, "first_op": first, "last_op": last,
+               "simulated_start_s": ops[first].start_s, "simulated_end_s": ops[last].end_s,
+               "simulated_stall_s": sum(ops[k].stall_s for k in ks)}
+        for kind in KINDS:
+            row[kind] = sum(measured[k][kind] for k in ks if k in measured)
+        rows.append(row)
+    excess = []
+    for k, m in measured.items():
+        sim = ops[k].stall_s if k in ops else 0.0
+        excess.append((sum(m.values()) - sim, k))
+    excess.sort(reverse=True)
+    top = [{"op": k, "name": ops[k].name if k in ops else "?", "phase": ops[k].phase if k in ops else "?",
+            **measured[k], "simulated_stall_s": ops[k].stall_s if k in ops else 0.0} for _, k in excess[:worst]]
+    return {"measured_s": total, "measured_total_s": sum(total.values()),
+            "simulated_total_s": sum(op.stall_s for op in ops.values()),
+            "ops_with_waits": len(measured), "ops_with_simulated_stall": sum(1 for op in ops.values() if op.stall_s > 0),
+            "unknown_ops": unknown, "stretches": rows, "worst": top}
+
+
+def describe(report, min_s=0.01):
+    """Text lines: totals, the stretches with at least `min_s` of stall either way, the worst ops."""
+    m = report["measured_s"]
+    lines = [f"measured device stall {report['measured_total_s']:.3f} s (copy in {m['copy in']:.3f}, copy out "
+             f"{m['copy out']:.3f}, abandoned {m['abandoned copy out']:.3f}) over {report['ops_with_waits']} "
+             f"operators; simulated {report['simulated_total_s']:.3f} s over {report['ops_with_simulated_stall']}"]
+    if report["unknown_ops"]:
+        lines.append(f"{len(report['unknown_ops'])} operators with waits are not in the simulated step "
+                     f"(first {report['unknown_ops'][0]}): trace and waits from different runs?")
+    lines.append("stretch              ops              simulated at (s)   simulated   measured in   out")
+    quiet = 0
+    for r in report["stretches"]:
+        measured = r["copy in"] + r["copy out"] + r["abandoned copy out"]
+        if max(measured, r["simulated_stall_s"]) < min_s:
+            quiet += 1
+            continue
+        lines.append(f"{r['stretch']:<20} {r['first_op']:>6}-{r['last_op']:<8} {r['simulated_start_s']:7.3f}-"
+                     f"{r['simulated_end_s']:<8.3f} {r['simulated_stall_s']:9.3f} {r['copy in']:13.3f} "
+                     f"{r['copy out'] + r['abandoned copy out']:5.3f}")
+    if quiet:
+        lines.append(f"({quiet} stretches with less than {min_s * 1e3:.0f} ms either way left out)")
+    lines.append("operators that waited longest beyond their simulated stall:")
+    for w in report["worst"]:
+        lines.append(f"  op {w['op']} {w['name']} ({w['phase']}): in {w['copy in']:.4f} s, out "
+                     f"{w['copy out'] + w['abandoned copy out']:.4f} s, simulated {w['simulated_stall_s']:.4f} s")
+    return lines
+
+
+def simulate(teraio, trace, plan, extra):
+    """Runs `teraio simulate` for the timeline; returns it parsed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / "timeline.json"
+        subprocess.run([str(teraio), "simulate", str(trace), str(plan), "--timeline", str(path), *extra],
+                       check=True, stdout=subprocess.DEVNULL)
+        return json.loads(path.read_text())
+
+
+def load_waits(path, step=None):
+    """The waits of one measured step (the last, or the one numbered `step`) of train_llm's
+    --save-trace waits file."""
+    steps = json.loads(pathlib.Path(path).read_text())["steps"]
+    if not steps:
+        raise ValueError(f"{path}: no measured steps")
+    chosen = steps[-1] if step is None else next((s for s in steps if s["step"] == step), None)
+    if chosen is None:
+        raise ValueError(f"{path}: no step {step} (steps {[s['step'] for s in steps]})")
+    return chosen
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("waits", help="train_llm.py --save-trace's *-device-waits.json")
+    p.add_argument("--step", type=int, help="the measured step to read (default: the last)")
+    p.add_argument("--timeline", help="a simulated timeline (teraio simulate --timeline) instead of --trace/--plan")
+    p.add_argument("--trace", help="the trace the plan was made from (*-trace.tiotrace)")
+    p.add_argument("--plan", help="the plan the step ran (*-plan.json)")
+    p.add_argument("--teraio", default=str(DEFAULT_TERAIO), help="the teraio CLI (default: the release build's)")
+    p.add_argument("--worst", type=int, default=15, help="operators to list (default 15)")
+    p.add_argument("--json", help="also write the comparison here")
+    args, extra = p.parse_known_args(argv)
+    if args.timeline is None and (args.trace is None or args.plan is None):
+        p.error("give --timeline, or --trace and --plan to simulate")
+    step = load_waits(args.waits, args.step)
+    timeline = (json.loads(pathlib.Path(args.timeline).read_text()) if args.timeline
+                else simulate(args.teraio, args.trace, args.plan, extra))
+    report = compare(step["waits"], simulated_ops(timeline), args.worst)
+    report["step"] = step["step"]
+    print(f"step {step['step']}: {step['time_s']:.3f} s, device stall {step['device_stall_s']:.3f} s")
+    print("\n".join(describe(report)))
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

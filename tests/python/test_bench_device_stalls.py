@@ -1,0 +1,85 @@
+"""bench/device_stalls.py: the runtime's device waits lined up with the simulated stalls, by
+operator and by stretch of the step."""
+import json
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+import device_stalls  # noqa: E402
+
+
+def op_event(k, phase, start_ms, dur_ms, stall_ms=0.0, name="aten::mm"):
+    return {"ph": "X", "pid": 1, "tid": 1, "cat": phase, "name": name, "ts": start_ms * 1e3, "dur": dur_ms * 1e3,
+            "args": {"op": k, "stall_us": stall_ms * 1e3}}
+
+
+# Two micro-batches (forward, backward) and the optimizer, 10 ms an operator; the simulation
+# stalls 5 ms before op 3 and 2 ms before op 7.
+TIMELINE = {"traceEvents": [
+    {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "teraio simulated step"}},
+    op_event(0, "forward", 0, 10), op_event(1, "forward", 10, 10), op_event(2, "backward", 20, 10),
+    op_event(3, "backward", 35, 10, stall_ms=5), op_event(4, "forward", 45, 10), op_event(5, "backward", 55, 10),
+    op_event(6, "optimizer", 65, 10, name="aten::add_"), op_event(7, "optimizer", 77, 10, stall_ms=2),
+    {"ph": "C", "pid": 1, "name": "device memory GiB", "ts": 0, "args": {"used": 1.0}},
+]}
+
+
+def test_operators_are_read_with_their_simulated_stall():
+    ops = device_stalls.simulated_ops(TIMELINE)
+    assert sorted(ops) == list(range(8))
+    assert ops[3].stall_s == pytest.approx(0.005) and ops[3].phase == "backward"
+    assert ops[7].start_s == pytest.approx(0.077) and ops[6].name == "aten::add_"
+
+
+def test_a_timeline_without_operators_is_refused():
+    with pytest.raises(ValueError, match="no operators"):
+        device_stalls.simulated_ops({"traceEvents": []})
+
+
+def test_stretches_are_named_in_the_order_they_come():
+    ops = device_stalls.simulated_ops(TIMELINE)
+    assert device_stalls.stretches(ops) == [("forward 1", 0, 1), ("backward 1", 2, 3), ("forward 2", 4, 4),
+                                            ("backward 2", 5, 5), ("optimizer 1", 6, 7)]
+
+
+def test_the_waits_are_summed_per_stretch_and_the_worst_excess_comes_first():
+    ops = device_stalls.simulated_ops(TIMELINE)
+    waits = [(3, "copy in", 0.004), (3, "copy out", 0.002), (5, "copy in", 0.020), (7, "copy in", 0.001),
+             (99, "copy in", 0.5)]
+    report = device_stalls.compare(waits, ops, worst=2)
+    assert report["measured_s"]["copy in"] == pytest.approx(0.525)
+    assert report["measured_total_s"] == pytest.approx(0.527)
+    assert report["simulated_total_s"] == pytest.approx(0.007)
+    assert report["unknown_ops"] == [99]
+    rows = {r["stretch"]: r for r in report["stretches"]}
+    assert rows["backward 1"]["copy in"] == pytest.approx(0.004) and rows["backward 1"]["copy out"] == pytest.approx(0.002)
+    assert rows["backward 1"]["simulated_stall_s"] == pytest.approx(0.005)
+    assert rows["backward 2"]["copy in"] == pytest.approx(0.020)
+    assert rows["optimizer 1"]["simulated_start_s"] == pytest.approx(0.065)
+    # Op 99 (not simulated) first, then op 5 (20 ms beyond none); op 3 waited 1 ms beyond its 5.
+    assert [w["op"] for w in report["worst"]] == [99, 5]
+    text = "\n".join(device_stalls.describe(report, min_s=0.003))
+    assert "1 operators with waits are not in the simulated step (first 99)" in text
+    assert "forward 1" not in text and "(3 stretches with less than 3 ms either way left out)" in text
+
+
+def test_an_unknown_wait_kind_is_refused():
+    with pytest.raises(ValueError, match="unknown device wait kind"):
+        device_stalls.measured_by_op([(1, "copy sideways", 0.1)])
+
+
+def test_the_command_reads_the_last_step_and_a_given_timeline(tmp_path, capsys):
+    waits = tmp_path / "waits.json"
+    waits.write_text(json.dumps({"mode": "teraio-host", "steps": [
+        {"step": 3, "time_s": 0.1, "device_stall_s": 0.0, "waits": []},
+        {"step": 4, "time_s": 0.2, "device_stall_s": 0.02, "waits": [[5, "copy in", 0.02]]}]}))
+    timeline = tmp_path / "t.json"
+    timeline.write_text(json.dumps(TIMELINE))
+    assert device_stalls.main([str(waits), "--timeline", str(timeline), "--json", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "step 4: 0.200 s, device stall 0.020 s" in out and "backward 2" in out
+    assert json.loads((tmp_path / "r.json").read_text())["step"] == 4
+    with pytest.raises(ValueError, match="no step 7"):
+        device_stalls.load_waits(waits, 7)
