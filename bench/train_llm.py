@@ -124,7 +124,7 @@ OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "blocks_reused", "fetc
                         "allocation_retries", "stall_by_cause_s",
                         "callback_s", "callback_parts_s", "before_op_parts_s", "freed_scans", "freed_scan_s",
                         "dropped", "bytes_dropped", "copies_given_up", "retimed", "cancelled_offloads", "bytes_abandoned",
-                        "link")
+                        "link", "positioned")
 PLAN_PREDICTIONS = ("predicted_step_s", "predicted_stall_s", "bound_step_s", "profiled_step_s")
 
 
@@ -837,8 +837,12 @@ def print_step(args, mode, record, total):
             line += f" dropped {fmt_size(record['bytes_dropped'])}"
         if record.get("copies_given_up"):
             line += f" (kept copies given up {record['copies_given_up']})"
+        if record.get("positioned"):
+            line += f" positioned {record['positioned']}"
         if record["demand_fetches"]:
             line += f" demand {record['demand_fetches']}"
+        if record.get("evictions"):
+            line += f" evictions {record['evictions']}"
         if record.get("cancelled_offloads"):
             line += (f" taken back {record['cancelled_offloads']}"
                      f" ({fmt_size(record.get('bytes_abandoned', 0))} not copied)")

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <limits>
 #include <mutex>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "executor_state.hpp"
 #include "teraio/core/error.hpp"
@@ -107,8 +109,20 @@ void Executor::set_plan(const plan::Plan& plan) {
     index[m.issue_before].push_back(m);
   }
   for (auto& bucket : index) std::stable_sort(bucket.begin(), bucket.end(), issued_earlier);
+  // The last migration of each tensor, as the simulator picks it (latest issue point, the later
+  // one of a tie).
+  std::unordered_map<TensorId, const plan::Migration*> last;
+  for (const plan::Migration& m : plan.migrations) {
+    const plan::Migration*& seen = last[m.tensor];
+    if (seen == nullptr || m.issue_before >= seen->issue_before) seen = &m;
+  }
+  std::vector<plan::Migration> away;
+  for (const plan::Migration& m : plan.migrations) {
+    if (last.at(m.tensor) == &m && m.direction == plan::Direction::kOffload) away.push_back(m);
+  }
   std::lock_guard lock(state_->mutex);
   state_->migrations_before = std::move(index);
+  state_->away_at_start = std::move(away);
 }
 
 void Executor::set_next_uses(NextUses next_uses) {
@@ -205,6 +219,18 @@ void Executor::begin_step() {
   s.in_step = true;
   s.stats.mode = s.mode;
   s.stats.peak_resident = s.resident;
+}
+
+std::uint64_t Executor::position_for_plan() {
+  State& s = *state_;
+  std::lock_guard lock(s.mutex);
+  if (!s.in_step || s.mode != Mode::kPlanned) {
+    throw Error(ErrorKind::kInvalidArgument, "position_for_plan: only at the start of a planned step");
+  }
+  const State::Call call(s);
+  const std::uint64_t before = s.stats.positioned;
+  s.position_for_plan();
+  return s.stats.positioned - before;
 }
 
 void Executor::before_op(OpIndex k, std::span<const TensorId> used, std::uint64_t incoming_bytes) {

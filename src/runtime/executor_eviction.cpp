@@ -91,6 +91,20 @@ void Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, s
   }
 }
 
+void Executor::State::position_for_plan() {
+  for (const plan::Migration& m : away_at_start) {
+    auto found = entries.find(m.tensor);
+    if (found == entries.end() || found->second.location != Location::kDevice) continue;
+    if (!memory.alive(m.tensor)) {
+      forget(found);
+      continue;
+    }
+    // Urgent, as an eviction: the plan counts their memory free from the first operator. A
+    // tier without room leaves the tensor where it is; the step then evicts as before.
+    if (start_offload(m.tensor, found->second, tier_kind(m.tier), nullptr)) ++stats.positioned;
+  }
+}
+
 bool Executor::State::wait_for_tier_room(OpIndex op) {
   // A prefetch gives its extent back when its copy is done (a prefetch that keeps its copy
   // gives it up on the next try: start_offload), a taken-back offload when the copy out it

@@ -78,6 +78,12 @@ struct Executor::State {
   mutable std::mutex mutex;
   Mode mode = Mode::kPassive;
   std::vector<std::vector<plan::Migration>> migrations_before;  // by issue_before, in issue order
+  // Each tensor whose last migration in a step is an offload (that migration): the plan has it
+  // away at every step's start, as the simulator's steady state does. A step that follows
+  // another mode, or another plan, starts with some of them on the device; left there, they
+  // fill the memory the plan gave the first micro-batches, which then evict reactively
+  // (Executor::position_for_plan).
+  std::vector<plan::Migration> away_at_start;
   NextUses next_uses;
   std::unordered_map<TensorId, Entry> entries;
   // kDevice tensors by last use: in this order pick_victim looks for one to evict (least
@@ -140,6 +146,8 @@ struct Executor::State {
   bool in_step = false;  // between begin_step() and end_step()
   // Gives every spare block back to the allocator (TensorMemory::give_back_spares); never throws.
   void give_back_all_spares();
+  // Sends the tensors of away_at_start still on the device out (StepStats::positioned).
+  void position_for_plan();
   OpIndex current_op = 0;
   StepStats stats;
 

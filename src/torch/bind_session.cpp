@@ -70,6 +70,7 @@ py::dict step_dict(const StepRecord& r) {
   d["planned_prefetches"] = s.planned_prefetches;
   d["demand_fetches"] = s.demand_fetches;
   d["evictions"] = s.evictions;
+  d["positioned"] = s.positioned;
   d["cancelled_offloads"] = s.cancelled_offloads;
   d["bytes_abandoned"] = s.bytes_abandoned;
   d["skipped"] = s.skipped;

@@ -225,6 +225,17 @@ void Session::begin_step() {
   if (observing_) {
     executor_->set_mode(step_mode());
     executor_->begin_step();
+    // The first step of a new plan starts where the plan does: without this, the tensors the
+    // plan has away at each step's start stay from the step before (reactive) and the first
+    // micro-batches evict them reactively (W3: 370 evictions, 1.6 s, session 31).
+    if (position_due_ && step_mode() == runtime::Mode::kPlanned) {
+      position_due_ = false;
+      try {
+        executor_->position_for_plan();
+      } catch (...) {
+        record_failure(std::current_exception(), {});
+      }
+    }
   }
   callback_ns_.store(0, std::memory_order_relaxed);
   callback_parts_.take_s();

@@ -102,6 +102,7 @@ void Session::hand_plan_to_executor() {
   for (const auto& tensor : trace_->tensors) plan_bytes_[tensor.id] = tensor.bytes;
   executor_->set_plan(plan_->plan);
   executor_->set_next_uses(runtime::NextUses(*trace_));
+  position_due_ = true;
 }
 
 std::shared_ptr<KeptPlan> Session::keep_plan() {

@@ -364,3 +364,21 @@ def test_a_step_line_says_how_many_offloads_were_taken_back_and_what_was_not_cop
     record["cancelled_offloads"] = 0
     train_llm.print_step(types.SimpleNamespace(workload="W3"), "teraio-recompute", record, 6)
     assert "taken back" not in capsys.readouterr().out
+
+
+def test_a_step_line_says_what_was_positioned_and_evicted(capsys):
+    sys.path.insert(0, str(SCRIPT.parent))
+    import types
+
+    import train_llm
+
+    record = {"step": 2, "measured": True, "time_s": 26.5, "loss": 12.5, "phase": "planned", "mode": "planned",
+              "stall_s": 0.0, "bytes_to_host": 1 << 30, "bytes_to_ssd": 0, "demand_fetches": 11, "evictions": 11,
+              "positioned": 370}
+    train_llm.print_step(types.SimpleNamespace(workload="W3"), "teraio-recompute", record, 4)
+    out = capsys.readouterr().out
+    assert "positioned 370 demand 11 evictions 11" in out
+    record.update(positioned=0, evictions=0)
+    train_llm.print_step(types.SimpleNamespace(workload="W3"), "teraio-recompute", record, 4)
+    out = capsys.readouterr().out
+    assert "positioned" not in out and "evictions" not in out

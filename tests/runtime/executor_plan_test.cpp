@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <tuple>
+#include <vector>
 
 #include "runtime_test_support.hpp"
 
@@ -74,6 +76,99 @@ TEST(ExecutorPlan, OffloadAndPrefetchThroughBothTiersRestoreEveryByte) {
   EXPECT_EQ(rig.host_used(), 0u);
   EXPECT_EQ(rig.ssd_used(), 0u);
   EXPECT_EQ(ex.resident_bytes(), 3 * kBytes);
+}
+
+// A plan whose last migration of a tensor is an offload has it away at every step's start. The
+// first planned step after a reactive one finds it on the device: position_for_plan sends it
+// out before operator 0, so the step starts where the plan does; later steps find it away.
+TEST(ExecutorPlan, PositioningStartsTheFirstPlannedStepWithTheTensorsThePlanHasAway) {
+  Rig rig(0);
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);  // prefetched at 1 for 2, offloaded again at 3: away at the step's start
+  rig.add(2, kBytes);  // offloaded at 1, prefetched at 3: on the device at the step's start
+  ex.set_plan(
+      plan_of({prefetch(1, kBytes, plan::Tier::kHost, 1, 2), offload(1, kBytes, plan::Tier::kHost, 3),
+               offload(2, kBytes, plan::Tier::kHost, 1), prefetch(2, kBytes, plan::Tier::kHost, 3, 4)}));
+  ex.set_mode(Mode::kPlanned);
+  const auto step = [&](bool position) {
+    ex.begin_step();
+    const std::uint64_t positioned = position ? ex.position_for_plan() : 0;
+    ex.drain();  // the copy out done, so that the plan's prefetch reads it back (not a take-back)
+    const Location at_start = ex.location(1);
+    const Location other_at_start = ex.location(2);
+    for (OpIndex k = 0; k < 5; ++k) {
+      std::vector<TensorId> used;
+      if (k == 2) used = {1};
+      if (k == 4) used = {2};
+      ex.before_op(k, used);
+      ex.after_op(k, used);
+    }
+    ex.drain();
+    return std::tuple{positioned, at_start, other_at_start, ex.end_step()};
+  };
+  const auto [count, first_at_start, first_other, first] = step(true);
+  EXPECT_EQ(count, 1u);
+  EXPECT_EQ(first_at_start, Location::kHost);
+  EXPECT_EQ(first_other, Location::kDevice);
+  EXPECT_EQ(first.positioned, 1u);
+  EXPECT_EQ(first.bytes_to_host, 3 * kBytes);  // positioned, then the plan's two offloads
+  EXPECT_GE(first.bytes_from_host, kBytes);    // tensor 1 came back from the host tier
+  EXPECT_EQ(first.demand_fetches, 0u);
+  EXPECT_EQ(first.evictions, 0u);
+  EXPECT_EQ(first.skipped, 0u);  // the prefetch of 1 found it away, as planned
+  // Positioning again finds nothing to send: the step ended in the plan's start state.
+  const auto [again, second_at_start, second_other, second] = step(true);
+  EXPECT_EQ(again, 0u);
+  EXPECT_EQ(second_at_start, Location::kHost);
+  EXPECT_EQ(second.positioned, 0u);
+  EXPECT_EQ(second.bytes_to_host, 2 * kBytes);
+  EXPECT_EQ(second.skipped, 0u);
+  // Every byte survived: a reactive step brings both back.
+  ex.set_mode(Mode::kReactive);
+  ex.begin_step();
+  const TensorId both[] = {1, 2};
+  ex.before_op(0, both);
+  for (const TensorId id : both) EXPECT_TRUE(rig.memory().intact(id)) << "tensor " << id;
+  ex.after_op(0, both);
+  ex.end_step();
+}
+
+// Without positioning the same first step starts with tensor 1 on the device: its planned
+// prefetch is skipped (nothing to fetch) and the plan's memory at the start is short by its size.
+TEST(ExecutorPlan, WithoutPositioningTheFirstPlannedStepStartsWithTheTensorOnTheDevice) {
+  Rig rig(0);
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  ex.set_plan(
+      plan_of({prefetch(1, kBytes, plan::Tier::kHost, 1, 2), offload(1, kBytes, plan::Tier::kHost, 3)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  EXPECT_EQ(ex.location(1), Location::kDevice);
+  for (OpIndex k = 0; k < 4; ++k) {
+    std::vector<TensorId> used;
+    if (k == 2) used = {1};
+    ex.before_op(k, used);
+    ex.after_op(k, used);
+  }
+  ex.drain();
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.positioned, 0u);
+  EXPECT_EQ(stats.skipped, 1u);
+  EXPECT_EQ(stats.bytes_to_host, kBytes);
+}
+
+TEST(ExecutorPlan, PositioningOutsideAPlannedStepIsRefused) {
+  Rig rig(0);
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kHost, 0)}));
+  ex.set_mode(Mode::kPlanned);
+  EXPECT_THROW(ex.position_for_plan(), Error);  // no step begun
+  ex.set_mode(Mode::kReactive);
+  ex.begin_step();
+  EXPECT_THROW(ex.position_for_plan(), Error);
+  ex.end_step();
+  EXPECT_EQ(ex.location(1), Location::kDevice);
 }
 
 TEST(ExecutorPlan, MissingPrefetchIsADemandFetchWithCorrectData) {

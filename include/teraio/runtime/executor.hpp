@@ -97,8 +97,12 @@ struct StepStats {
   std::array<double, kStallCauseCount> stall_by_cause_s{};  // stall_s by StallCause
   std::uint64_t planned_offloads = 0;                       // issued
   std::uint64_t planned_prefetches = 0;                     // issued
-  std::uint64_t demand_fetches = 0;      // tensor used while not resident (wrong or no plan)
-  std::uint64_t evictions = 0;           // reactive offloads
+  std::uint64_t demand_fetches = 0;  // tensor used while not resident (wrong or no plan)
+  std::uint64_t evictions = 0;       // reactive offloads
+  // Offloads before a planned step's first operator that bring the device to the plan's start
+  // (the first planned step after a reactive one, or after a new plan): tensors the plan has
+  // away at every step's start that were still on the device.
+  std::uint64_t positioned = 0;
   std::uint64_t cancelled_offloads = 0;  // tensor used or prefetched while its copy out ran
   // Bytes of those copies out that were dropped before they started (TensorMemory::
   // cancel_copy_out). They are in bytes_to_host/ssd, which count copies when issued.
@@ -169,6 +173,13 @@ class Executor {
   std::uint64_t settled_changes() const;
 
   void begin_step();
+  // At the start of a planned step, before its first operator: sends out the tensors the plan
+  // (set_plan) has away at every step's start that are still on the device, as evictions are
+  // sent (urgent). Call it on the first step of a new plan: a step after a reactive one, or
+  // after another plan, otherwise starts with memory the plan gave to its first operators.
+  // Returns how many went (StepStats::positioned); throws Error{kInvalidArgument} outside a
+  // planned step.
+  std::uint64_t position_for_plan();
   // Before operator k of the step: retires completed transfers (releasing the memory of
   // finished offloads), issues the plan's migrations for k (kPlanned; urgent first), makes
   // every tensor in `used` resident (unknown ids ignored), marks them used at k, and in
