@@ -225,22 +225,23 @@ void Session::begin_step() {
   if (observing_) {
     executor_->set_mode(step_mode());
     executor_->begin_step();
-    // The first step of a new plan starts where the plan does: without this, the tensors the
-    // plan has away at each step's start stay from the step before (reactive) and the first
-    // micro-batches evict them reactively (W3: 370 evictions, 1.6 s, session 31).
-    if (position_due_ && step_mode() == runtime::Mode::kPlanned) {
-      position_due_ = false;
-      try {
-        executor_->position_for_plan();
-      } catch (...) {
-        record_failure(std::current_exception(), {});
-      }
-    }
   }
   callback_ns_.store(0, std::memory_order_relaxed);
   callback_parts_.take_s();
   static_cast<void>(copier_->take_link_activity());  // the step's own from here
   step_start_ = std::chrono::steady_clock::now();
+  // The first step of a new plan starts where the plan does: without this, the tensors the
+  // plan has away at each step's start stay where the step before (reactive) left them, and
+  // the first micro-batches evict them reactively (W3: 370 evictions, 1.6 s, session 31).
+  // Inside the step's time and link record: it is this step's traffic.
+  if (observing_ && position_due_ && step_mode() == runtime::Mode::kPlanned) {
+    position_due_ = false;
+    try {
+      executor_->position_for_plan(persistent_ids_);
+    } catch (...) {
+      record_failure(std::current_exception(), {});
+    }
+  }
 }
 
 void Session::remove_dead() {
@@ -361,6 +362,8 @@ void Session::abort_step() {
     remove_dead();
     static_cast<void>(executor_->end_step());
   }
+  // Cut short, the step did not reach the plan's end state.
+  position_due_ = true;
   step_index_++;
   // The step's own exception is what the program sees; when a storage-engine error caused it,
   // that error is raised instead (Python chains the two).
@@ -452,6 +455,9 @@ void Session::diverge(const std::string& why) {
   if (diverged_) return;
   diverged_ = true;
   executor_->set_mode(runtime::Mode::kReactive);
+  // The rest runs reactively: the plan's late offloads do not happen, so the next planned step
+  // must put the device where the plan starts again.
+  position_due_ = true;
   if (!divergence_reported_) {
     log::warn(cat("TeraIO: step ", step_index_, " diverged from the profiled operator sequence (", why,
                   "); this step runs in reactive mode"));

@@ -86,13 +86,14 @@ TEST(ExecutorPlan, PositioningStartsTheFirstPlannedStepWithTheTensorsThePlanHasA
   Executor& ex = rig.executor();
   rig.add(1, kBytes);  // prefetched at 1 for 2, offloaded again at 3: away at the step's start
   rig.add(2, kBytes);  // offloaded at 1, prefetched at 3: on the device at the step's start
+  const TensorId kBoth[] = {1, 2};
   ex.set_plan(
       plan_of({prefetch(1, kBytes, plan::Tier::kHost, 1, 2), offload(1, kBytes, plan::Tier::kHost, 3),
                offload(2, kBytes, plan::Tier::kHost, 1), prefetch(2, kBytes, plan::Tier::kHost, 3, 4)}));
   ex.set_mode(Mode::kPlanned);
   const auto step = [&](bool position) {
     ex.begin_step();
-    const std::uint64_t positioned = position ? ex.position_for_plan() : 0;
+    const std::uint64_t positioned = position ? ex.position_for_plan(kBoth) : 0;
     ex.drain();  // the copy out done, so that the plan's prefetch reads it back (not a take-back)
     const Location at_start = ex.location(1);
     const Location other_at_start = ex.location(2);
@@ -157,16 +158,48 @@ TEST(ExecutorPlan, WithoutPositioningTheFirstPlannedStepStartsWithTheTensorOnThe
   EXPECT_EQ(stats.bytes_to_host, kBytes);
 }
 
+// Under a budget with room for two of the three tensors and nothing more, operator 0's new
+// output needs the room of tensor 1, which the plan has away at the step's start. Without
+// positioning the step evicts it; positioned it is already on its way and nothing is evicted.
+// Tensor 3 is step-local (not persistent): it stays, whatever the plan does with it.
+TEST(ExecutorPlan, PositioningSendsOutWhatTheFirstOperatorWouldOtherwiseEvict) {
+  for (const bool position : {false, true}) {
+    Rig rig(3 * kBytes);
+    Executor& ex = rig.executor();
+    rig.add(1, kBytes);
+    rig.add(2, kBytes);
+    rig.add(3, kBytes);
+    ex.set_plan(
+        plan_of({prefetch(1, kBytes, plan::Tier::kHost, 1, 2), offload(1, kBytes, plan::Tier::kHost, 3),
+                 offload(3, kBytes, plan::Tier::kHost, 3)}));
+    ex.set_mode(Mode::kPlanned);
+    ex.begin_step();
+    const TensorId persistent[] = {1, 2};
+    if (position) {
+      EXPECT_EQ(ex.position_for_plan(persistent), 1u);
+    }
+    EXPECT_EQ(ex.location(3), Location::kDevice) << position;
+    const TensorId uses[] = {2};
+    ex.before_op(0, uses, kBytes);  // an output of kBytes is about to be born
+    ex.after_op(0, uses);
+    const StepStats stats = ex.end_step();
+    EXPECT_EQ(stats.positioned, position ? 1u : 0u);
+    EXPECT_EQ(stats.evictions, position ? 0u : 1u) << position;
+    ex.drain();
+  }
+}
+
 TEST(ExecutorPlan, PositioningOutsideAPlannedStepIsRefused) {
   Rig rig(0);
   Executor& ex = rig.executor();
   rig.add(1, kBytes);
   ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kHost, 0)}));
   ex.set_mode(Mode::kPlanned);
-  EXPECT_THROW(ex.position_for_plan(), Error);  // no step begun
+  const TensorId one[] = {1};
+  EXPECT_THROW(ex.position_for_plan(one), Error);  // no step begun
   ex.set_mode(Mode::kReactive);
   ex.begin_step();
-  EXPECT_THROW(ex.position_for_plan(), Error);
+  EXPECT_THROW(ex.position_for_plan(one), Error);
   ex.end_step();
   EXPECT_EQ(ex.location(1), Location::kDevice);
 }
