@@ -221,7 +221,7 @@ void Executor::begin_step() {
   s.stats.peak_resident = s.resident;
 }
 
-std::uint64_t Executor::position_for_plan(std::span<const TensorId> persistent) {
+std::uint64_t Executor::position_for_plan() {
   State& s = *state_;
   std::lock_guard lock(s.mutex);
   if (!s.in_step || s.mode != Mode::kPlanned) {
@@ -229,7 +229,7 @@ std::uint64_t Executor::position_for_plan(std::span<const TensorId> persistent) 
   }
   const State::Call call(s);
   const std::uint64_t before = s.stats.positioned;
-  s.position_for_plan(persistent);
+  s.position_for_plan();
   return s.stats.positioned - before;
 }
 

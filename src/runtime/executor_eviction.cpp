@@ -1,6 +1,5 @@
 // runtime/executor_eviction: what the executor moves and when (see executor_state.hpp).
 #include <algorithm>
-#include <unordered_set>
 
 #include "executor_state.hpp"
 #include "teraio/core/log.hpp"
@@ -92,10 +91,9 @@ void Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, s
   }
 }
 
-void Executor::State::position_for_plan(std::span<const TensorId> persistent) {
-  const std::unordered_set<TensorId> kept_across_steps(persistent.begin(), persistent.end());
+void Executor::State::position_for_plan() {
   for (const plan::Migration& m : away_at_start) {
-    if (!kept_across_steps.contains(m.tensor)) continue;
+    if (!next_uses.persistent(m.tensor)) continue;
     auto found = entries.find(m.tensor);
     if (found == entries.end() || found->second.location != Location::kDevice || found->second.bytes == 0)
       continue;

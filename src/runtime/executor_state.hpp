@@ -147,7 +147,7 @@ struct Executor::State {
   // Gives every spare block back to the allocator (TensorMemory::give_back_spares); never throws.
   void give_back_all_spares();
   // Sends the tensors of away_at_start still on the device out (StepStats::positioned).
-  void position_for_plan(std::span<const TensorId> persistent);
+  void position_for_plan();
   OpIndex current_op = 0;
   StepStats stats;
 

@@ -237,7 +237,7 @@ void Session::begin_step() {
   if (observing_ && position_due_ && step_mode() == runtime::Mode::kPlanned) {
     position_due_ = false;
     try {
-      executor_->position_for_plan(persistent_ids_);
+      executor_->position_for_plan();
     } catch (...) {
       record_failure(std::current_exception(), {});
     }

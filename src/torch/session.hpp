@@ -331,8 +331,7 @@ class Session {
   int retime_left_ = 0;
   // This planned step times its operators for retime(). Set between steps, like phase_.
   bool timing_planned_step_ = false;
-  bool position_due_ = false;             // a new plan: its first planned step positions (begin_step)
-  std::vector<TensorId> persistent_ids_;  // the plan's trace's, for position_for_plan
+  bool position_due_ = false;  // a new plan: its first planned step positions (begin_step)
   // Whether this step's operators are timed: a profile step's, or a planned one's for retime().
   bool timing_ops() const { return phase_ == SessionPhase::kProfile || timing_planned_step_; }
   std::vector<std::string> plan_op_names_;

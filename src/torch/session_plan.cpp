@@ -102,10 +102,6 @@ void Session::hand_plan_to_executor() {
   for (const auto& tensor : trace_->tensors) plan_bytes_[tensor.id] = tensor.bytes;
   executor_->set_plan(plan_->plan);
   executor_->set_next_uses(runtime::NextUses(*trace_));
-  persistent_ids_.clear();
-  for (const auto& tensor : trace_->tensors) {
-    if (tensor.persistent) persistent_ids_.push_back(tensor.id);
-  }
   position_due_ = true;
 }
 

@@ -2,7 +2,9 @@
 // bytes back from either tier, and a wrong plan costs a demand fetch, never correctness.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <tuple>
 #include <vector>
 
@@ -78,6 +80,33 @@ TEST(ExecutorPlan, OffloadAndPrefetchThroughBothTiersRestoreEveryByte) {
   EXPECT_EQ(ex.resident_bytes(), 3 * kBytes);
 }
 
+// Next uses from a trace of `ops` operators in which each tensor of `uses` is used at the listed
+// operators; those in `persistent` live across steps (position_for_plan sends out only these).
+NextUses next_uses_of(std::vector<std::pair<TensorId, std::vector<OpIndex>>> uses,
+                      std::vector<TensorId> persistent, std::size_t ops) {
+  trace::Trace t;
+  t.ops.resize(ops, trace::Operator{"aten::op", 1e-3});
+  for (auto& [id, at] : uses) {
+    trace::Tensor one;
+    one.id = id;
+    one.bytes = kBytes;
+    one.uses = std::move(at);
+    one.persistent = std::find(persistent.begin(), persistent.end(), id) != persistent.end();
+    t.tensors.push_back(std::move(one));
+  }
+  return NextUses(t);
+}
+
+// Runs operators 0 .. ops - 1 of a step, operator k using used_at[k] (none where absent).
+void run_ops(Executor& ex, OpIndex ops, const std::map<OpIndex, std::vector<TensorId>>& used_at) {
+  for (OpIndex k = 0; k < ops; ++k) {
+    const auto found = used_at.find(k);
+    const std::vector<TensorId> used = found == used_at.end() ? std::vector<TensorId>{} : found->second;
+    ex.before_op(k, used);
+    ex.after_op(k, used);
+  }
+}
+
 // A plan whose last migration of a tensor is an offload has it away at every step's start. The
 // first planned step after a reactive one finds it on the device: position_for_plan sends it
 // out before operator 0, so the step starts where the plan does; later steps find it away.
@@ -86,28 +115,22 @@ TEST(ExecutorPlan, PositioningStartsTheFirstPlannedStepWithTheTensorsThePlanHasA
   Executor& ex = rig.executor();
   rig.add(1, kBytes);  // prefetched at 1 for 2, offloaded again at 3: away at the step's start
   rig.add(2, kBytes);  // offloaded at 1, prefetched at 3: on the device at the step's start
-  const TensorId kBoth[] = {1, 2};
   ex.set_plan(
       plan_of({prefetch(1, kBytes, plan::Tier::kHost, 1, 2), offload(1, kBytes, plan::Tier::kHost, 3),
                offload(2, kBytes, plan::Tier::kHost, 1), prefetch(2, kBytes, plan::Tier::kHost, 3, 4)}));
+  ex.set_next_uses(next_uses_of({{1, {2}}, {2, {4}}}, {1, 2}, 5));
   ex.set_mode(Mode::kPlanned);
-  const auto step = [&](bool position) {
+  const auto step = [&] {
     ex.begin_step();
-    const std::uint64_t positioned = position ? ex.position_for_plan(kBoth) : 0;
+    const std::uint64_t positioned = ex.position_for_plan();
     ex.drain();  // the copy out done, so that the plan's prefetch reads it back (not a take-back)
     const Location at_start = ex.location(1);
     const Location other_at_start = ex.location(2);
-    for (OpIndex k = 0; k < 5; ++k) {
-      std::vector<TensorId> used;
-      if (k == 2) used = {1};
-      if (k == 4) used = {2};
-      ex.before_op(k, used);
-      ex.after_op(k, used);
-    }
+    run_ops(ex, 5, {{2, {1}}, {4, {2}}});
     ex.drain();
     return std::tuple{positioned, at_start, other_at_start, ex.end_step()};
   };
-  const auto [count, first_at_start, first_other, first] = step(true);
+  const auto [count, first_at_start, first_other, first] = step();
   EXPECT_EQ(count, 1u);
   EXPECT_EQ(first_at_start, Location::kHost);
   EXPECT_EQ(first_other, Location::kDevice);
@@ -118,7 +141,7 @@ TEST(ExecutorPlan, PositioningStartsTheFirstPlannedStepWithTheTensorsThePlanHasA
   EXPECT_EQ(first.evictions, 0u);
   EXPECT_EQ(first.skipped, 0u);  // the prefetch of 1 found it away, as planned
   // Positioning again finds nothing to send: the step ended in the plan's start state.
-  const auto [again, second_at_start, second_other, second] = step(true);
+  const auto [again, second_at_start, second_other, second] = step();
   EXPECT_EQ(again, 0u);
   EXPECT_EQ(second_at_start, Location::kHost);
   EXPECT_EQ(second.positioned, 0u);
@@ -145,12 +168,7 @@ TEST(ExecutorPlan, WithoutPositioningTheFirstPlannedStepStartsWithTheTensorOnThe
   ex.set_mode(Mode::kPlanned);
   ex.begin_step();
   EXPECT_EQ(ex.location(1), Location::kDevice);
-  for (OpIndex k = 0; k < 4; ++k) {
-    std::vector<TensorId> used;
-    if (k == 2) used = {1};
-    ex.before_op(k, used);
-    ex.after_op(k, used);
-  }
+  run_ops(ex, 4, {{2, {1}}});
   ex.drain();
   const StepStats stats = ex.end_step();
   EXPECT_EQ(stats.positioned, 0u);
@@ -172,11 +190,11 @@ TEST(ExecutorPlan, PositioningSendsOutWhatTheFirstOperatorWouldOtherwiseEvict) {
     ex.set_plan(
         plan_of({prefetch(1, kBytes, plan::Tier::kHost, 1, 2), offload(1, kBytes, plan::Tier::kHost, 3),
                  offload(3, kBytes, plan::Tier::kHost, 3)}));
+    ex.set_next_uses(next_uses_of({{1, {2}}, {2, {0}}, {3, {3}}}, {1, 2}, 4));
     ex.set_mode(Mode::kPlanned);
     ex.begin_step();
-    const TensorId persistent[] = {1, 2};
     if (position) {
-      EXPECT_EQ(ex.position_for_plan(persistent), 1u);
+      EXPECT_EQ(ex.position_for_plan(), 1u);
     }
     EXPECT_EQ(ex.location(3), Location::kDevice) << position;
     const TensorId uses[] = {2};
@@ -189,17 +207,29 @@ TEST(ExecutorPlan, PositioningSendsOutWhatTheFirstOperatorWouldOtherwiseEvict) {
   }
 }
 
-TEST(ExecutorPlan, PositioningOutsideAPlannedStepIsRefused) {
+// Only the trace's persistent tensors are positioned: without next uses, none is.
+TEST(ExecutorPlan, PositioningWithoutNextUsesSendsNothing) {
   Rig rig(0);
   Executor& ex = rig.executor();
   rig.add(1, kBytes);
   ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kHost, 0)}));
   ex.set_mode(Mode::kPlanned);
-  const TensorId one[] = {1};
-  EXPECT_THROW(ex.position_for_plan(one), Error);  // no step begun
+  ex.begin_step();
+  EXPECT_EQ(ex.position_for_plan(), 0u);
+  EXPECT_EQ(ex.end_step().positioned, 0u);
+}
+
+TEST(ExecutorPlan, PositioningOutsideAPlannedStepIsRefused) {
+  Rig rig(0);
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kHost, 0)}));
+  ex.set_next_uses(next_uses_of({{1, {0}}}, {1}, 1));
+  ex.set_mode(Mode::kPlanned);
+  EXPECT_THROW(ex.position_for_plan(), Error);  // no step begun
   ex.set_mode(Mode::kReactive);
   ex.begin_step();
-  EXPECT_THROW(ex.position_for_plan(one), Error);
+  EXPECT_THROW(ex.position_for_plan(), Error);
   ex.end_step();
   EXPECT_EQ(ex.location(1), Location::kDevice);
 }

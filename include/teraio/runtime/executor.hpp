@@ -175,13 +175,13 @@ class Executor {
   void begin_step();
   // At the start of a planned step, before its first operator: sends out the tensors the plan
   // (set_plan) has away at every step's start that are still on the device, as evictions are
-  // sent (urgent). Only `persistent` ones count (trace::Tensor::persistent, as the simulator's
-  // steady state): a step-local tensor alive at the step's start is an older storage whose id a
-  // new one takes over. Call it on the first step of a new plan: a step after a reactive one,
-  // or after another plan, otherwise starts with memory the plan gave to its first operators.
-  // Returns how many went (StepStats::positioned); throws Error{kInvalidArgument} outside a
-  // planned step.
-  std::uint64_t position_for_plan(std::span<const TensorId> persistent);
+  // sent (urgent). Only persistent ones count (NextUses::persistent, as in the simulator's
+  // steady state; none without set_next_uses): a step-local tensor alive at the step's start is
+  // an older storage whose id a new one takes over. Call it on the first step of a new plan: a
+  // step after a reactive one, or after another plan, otherwise starts with memory the plan gave
+  // to its first operators. Returns how many went (StepStats::positioned); throws
+  // Error{kInvalidArgument} outside a planned step.
+  std::uint64_t position_for_plan();
   // Before operator k of the step: retires completed transfers (releasing the memory of
   // finished offloads), issues the plan's migrations for k (kPlanned; urgent first), makes
   // every tensor in `used` resident (unknown ids ignored), marks them used at k, and in

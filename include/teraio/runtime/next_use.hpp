@@ -36,6 +36,13 @@ class NextUses {
   // which frees it at its last use, never evicts it).
   std::uint64_t after(trace::TensorId id, trace::OpIndex k) const;
 
+  // Whether the trace has tensor `id` alive across steps (trace::Tensor::persistent); false for
+  // a tensor it does not know.
+  bool persistent(trace::TensorId id) const {
+    const auto found = uses_.find(id);
+    return found != uses_.end() && found->second.persistent;
+  }
+
   // The step-local tensors the profiled step had freed by the end of operator k
   // (trace::release_op): from then on the program is expected to have let them go.
   std::span<const trace::TensorId> released_at(trace::OpIndex k) const;
