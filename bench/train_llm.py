@@ -198,6 +198,11 @@ def parse_args(argv):
                         "planner plans with (default: the planner's 20us). The plans are just in time, so a runtime "
                         "that adds more per copy falls behind; a plan for more latency issues copies earlier "
                         "(bench/RESULTS.md, session 30)")
+    p.add_argument("--plan-margin", metavar="SIZE",
+                   help="TeraIO modes: Session(plan_margin=SIZE): the plan keeps SIZE free below the budget the "
+                        "runtime enforces, so that the runtime's count running a few MiB above the simulator's does "
+                        "not evict a tensor the plan keeps (default: 64MiB, or a 256th of the budget where less; 0: "
+                        "plan for the whole budget, as before session 32)")
     p.add_argument("--hole", default="0", metavar="SIZE",
                    help="TeraIO modes: Session(hole_bytes=SIZE): planned steps hold a device block of SIZE, inside "
                         "the budget, and hand it to the allocator just before an operator whose largest output "
@@ -260,7 +265,8 @@ def parse_args(argv):
         p.error("--steps, --profile-steps and --recompute-trials must be at least 1, "
                 "--warmup, --recompute-measure, --retime and --stall-rounds at least 0")
     try:
-        for name in ("budget", "reserve", "teraio_budget", "host_budget", "mixed_host_budget", "ssd_capacity"):
+        for name in ("budget", "reserve", "teraio_budget", "host_budget", "mixed_host_budget", "ssd_capacity",
+                     "plan_margin"):
             if getattr(args, name) is not None:
                 parse_size(getattr(args, name))
         args.extrapolation = parse_layer_counts(args.extrapolate) if args.extrapolate else None
@@ -568,7 +574,8 @@ def open_session(args, mode, device):
                           recast_activations=args.recast_activations == "on", keep_copies=args.keep_copies == "on",
                           retime_steps=args.retime, stall_rounds=args.stall_rounds,
                           reuse_blocks=args.reuse_blocks == "on",
-                          hole_bytes=args.hole, request_latency=parse_duration(args.plan_latency) if args.plan_latency else None,
+                          hole_bytes=args.hole, plan_margin=args.plan_margin,
+                          request_latency=parse_duration(args.plan_latency) if args.plan_latency else None,
                           bandwidths={"duplex": parse_rate(args.pcie_duplex)} if args.pcie_duplex else None)
 
 
@@ -1189,7 +1196,9 @@ def table_notes(table):
         plan = (entry.get("teraio") or {}).get("plan") or {}
         if plan.get("hardware"):
             rounds = f"; stall search: {plan['stall_rounds']} round(s)" if "stall_rounds" in plan else ""
-            notes.append(f"- {name}: planned for {plan['hardware']}{rounds}")
+            margin = f"; {plan['plan_margin_bytes'] / 2**20:g} MiB kept free below the budget" \
+                if plan.get("plan_margin_bytes") else ""
+            notes.append(f"- {name}: planned for {plan['hardware']}{margin}{rounds}")
         if plan.get("retimed_steps"):
             notes.append(f"- {name}: planned again on the operator times of {plan['retimed_steps']} planned step(s): "
                          f"operators {plan['profiled_step_s_before_retime']:.3f} s -> {plan['profiled_step_s']:.3f} s, "

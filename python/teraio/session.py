@@ -185,6 +185,7 @@ class Session:
         reuse_blocks=False,
         hole_bytes=0,
         request_latency=None,
+        plan_margin=None,
     ):
         if isinstance(ssd, (str, os.PathLike)):
             ssd = [ssd]
@@ -214,6 +215,8 @@ class Session:
             "reuse_blocks": bool(reuse_blocks),
             "hole_bytes": _size(hole_bytes, "hole_bytes"),
         }
+        if plan_margin is not None:
+            config["plan_margin"] = _size(plan_margin, "plan_margin")
         if request_latency is not None:
             latency = float(request_latency)
             if not 0 <= latency <= 1:

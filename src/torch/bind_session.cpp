@@ -184,6 +184,8 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   c.reuse_blocks = get("reuse_blocks", false);
   c.hole_bytes = get("hole_bytes", std::uint64_t{0});
   c.copy_order = io::parse_copy_order(get("copy_order", std::string("deadline")));
+  if (d.contains("plan_margin") && !d["plan_margin"].is_none())
+    c.plan_margin = d["plan_margin"].cast<std::uint64_t>();
   if (d.contains("request_latency") && !d["request_latency"].is_none())
     c.request_latency_s = d["request_latency"].cast<double>();
   if (d.contains("enqueue_host_copies") && !d["enqueue_host_copies"].is_none())
@@ -346,6 +348,7 @@ void bind_session(py::module_& m) {
              d["trace_ops"] = trace ? trace->ops.size() : 0;
              d["trace_tensors"] = trace ? trace->tensors.size() : 0;
              d["hardware"] = s.session->hardware().describe();
+             d["plan_margin_bytes"] = s.session->plan_margin();
              return d;
            })
       .def("locations", [](NativeSession& s) { return s.session->locations(); })

@@ -95,6 +95,12 @@ Session::Session(SessionConfig config)
     throw Error(ErrorKind::kInvalidArgument,
                 cat("request_latency must be between 0 and 1 second (got ", *latency, ")"));
   }
+  const std::uint64_t tracked = config_.gpu_budget - std::min(config_.hole_bytes, config_.gpu_budget);
+  if (config_.plan_margin && config_.gpu_budget > 0 && *config_.plan_margin >= tracked) {
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("plan_margin (", format_bytes(*config_.plan_margin),
+                    ") must be below the budget tracked tensors get (", format_bytes(tracked), ")"));
+  }
   if (config_.hole_bytes > 0 && config_.hole_bytes >= config_.gpu_budget) {
     throw Error(ErrorKind::kInvalidArgument,
                 cat("hole_bytes (", format_bytes(config_.hole_bytes), ") must be below gpu_budget (",
@@ -161,6 +167,10 @@ void Session::probe_bandwidths() {
   hardware_.pcie_duplex_bandwidth = config_.pcie_duplex_bandwidth;
   hardware_.request_latency_s = config_.request_latency_s.value_or(hardware_.request_latency_s);
   hardware_.gpudirect = false;
+}
+
+std::uint64_t Session::plan_margin() const {
+  return config_.plan_margin.value_or(std::min(kDefaultPlanMargin, hardware_.gpu_budget / 256));
 }
 
 std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> Session::locations() {

@@ -38,6 +38,8 @@
 
 namespace teraio::torch_binding {
 
+inline constexpr std::uint64_t kDefaultPlanMargin = 64ull << 20;
+
 struct SessionConfig {
   std::string device = "cpu";          // "cpu", "cuda", "cuda:N"
   std::uint64_t gpu_budget = 0;        // bytes tracked tensors may hold on the device; 0: unlimited
@@ -70,6 +72,12 @@ struct SessionConfig {
   // planner's default. Plans are just in time, so a runtime with more latency per copy than
   // planned falls behind (bench/RESULTS.md, session 30); a plan for more latency issues earlier.
   std::optional<double> request_latency_s;
+  // Bytes the plan leaves free below the budget the executor enforces. The runtime's count of
+  // resident bytes runs a little above the simulator's at the budget's edge (W3 at 74 GiB: one
+  // 32 MiB output, bench/RESULTS.md session 32), and each such shortfall evicts the idle tensor
+  // used furthest ahead, which the plan keeps resident: a 2 GiB weight, fetched back on demand.
+  // none: kDefaultPlanMargin, or a 256th of the budget where that is less.
+  std::optional<std::uint64_t> plan_margin;
   std::uint64_t probe_bytes = 64ull << 20;
   // io::EngineConfig::enqueue_host_copies (tests force it on the CPU, where it is off).
   std::optional<bool> enqueue_host_copies;
@@ -238,6 +246,8 @@ class Session {
   // Replaces the plan's migrations (plan_filter); they must name tensors of the trace.
   void set_migrations(std::vector<plan::Migration> migrations);
   const plan::Hardware& hardware() const { return hardware_; }
+  // The bytes the plan leaves free below the tracked budget (SessionConfig::plan_margin).
+  std::uint64_t plan_margin() const;
   std::string engine_report() const;
   // Tracked storages by location ("device", "host", ...): count and bytes, for diagnosis.
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> locations();

@@ -21,7 +21,11 @@ void Session::make_plan() {
   trace::validate(*trace_);
   plan::PlannerOptions options;
   options.stall_rounds = config_.stall_rounds;
-  plan_ = plan::make_plan(*trace_, hardware_, options);
+  // Planned for a little less than the executor enforces (SessionConfig::plan_margin); the
+  // prediction below simulates the plan under the budget the executor enforces.
+  plan::Hardware planning = hardware_;
+  planning.gpu_budget -= std::min(plan_margin(), planning.gpu_budget);
+  plan_ = plan::make_plan(*trace_, planning, options);
   const std::vector<std::uint64_t> active = trace::active_bytes(*trace_);
   const auto worst = std::max_element(active.begin(), active.end());
   if (worst != active.end() && *worst > hardware_.gpu_budget) {

@@ -126,17 +126,19 @@ def test_hole_reaches_the_session_and_its_counts_the_table(tmp_path, swap_dir):
     assert "hole handed over" in done.stdout
 
 
-def test_pcie_duplex_and_plan_latency_reach_the_planner_and_the_table_says_so(tmp_path, swap_dir):
+def test_pcie_duplex_plan_latency_and_margin_reach_the_planner_and_the_table_says_so(tmp_path, swap_dir):
     out = tmp_path / "out"
     done = run_bench("--workload", "tiny", "--modes", "ideal,teraio-ssd", "--steps", "2", "--teraio-budget", "1MiB",
                      "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--out", str(out),
-                     "--pcie-duplex", "1.5GB/s", "--plan-latency", "2ms")
+                     "--pcie-duplex", "1.5GB/s", "--plan-latency", "2ms", "--plan-margin", "128KiB")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     entry = json.loads((out / "tiny-nocap.json").read_text())["modes"]["teraio-ssd"]
     assert entry["summary"]["exact"] is True
     assert "both at once 1.50 GB/s" in entry["teraio"]["plan"]["hardware"], entry["teraio"]["plan"]
     assert "teraio-ssd: planned for " in done.stdout and "both at once 1.50 GB/s" in done.stdout
     assert "2.00 ms a request" in entry["teraio"]["plan"]["hardware"], entry["teraio"]["plan"]
+    assert entry["teraio"]["plan"]["plan_margin_bytes"] == 128 << 10
+    assert "0.125 MiB kept free below the budget" in done.stdout
 
 
 @pytest.mark.parametrize("time, says", [("2s", "time '2s': want 0 to 1 s"),
@@ -152,6 +154,7 @@ def test_a_bad_plan_latency_is_refused(tmp_path, time, says):
     ("--pcie-duplex", "fast", "rate 'fast': cannot parse bandwidth 'fast'"),
     ("--plan-latency", "2s", "time '2s': want 0 to 1 s"),
     ("--plan-latency", "soon", "time 'soon': "),
+    ("--plan-margin", "wide", "wide"),
 ])
 def test_a_bad_link_model_is_refused(tmp_path, option, value, says):
     done = run_bench("--workload", "tiny", "--modes", "teraio-ssd", option, value, "--out", str(tmp_path))

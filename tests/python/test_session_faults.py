@@ -150,6 +150,11 @@ def test_bad_arguments_are_refused(tmp_path):
         teraio.Session(device="cpu", bandwidths={"both": 1e9})
     with pytest.raises(teraio.Error, match=r'bandwidths\["duplex"\] must be a finite number of bytes/s >= 0'):
         teraio.Session(device="cpu", bandwidths={"duplex": -1})
+    with pytest.raises(teraio.Error, match=r"plan_margin \(2\.0 MiB\) must be below the budget tracked tensors get "
+                                           r"\(2\.0 MiB\)"):
+        teraio.Session(device="cpu", gpu_budget="2MiB", plan_margin="2MiB")
+    with pytest.raises(ValueError, match="plan_margin"):
+        teraio.Session(device="cpu", gpu_budget="2MiB", plan_margin="wide")
     for latency in (-1e-6, 2, float("nan")):
         with pytest.raises(ValueError, match="request_latency must be between 0 and 1 second"):
             teraio.Session(device="cpu", request_latency=latency)

@@ -343,6 +343,25 @@ def test_budget_holds(device, swap_dir):
     assert run.report["footprint_bytes"] > budget
 
 
+
+def test_the_plan_keeps_its_margin_free_below_the_budget(device, swap_dir):
+    """The plan is made for the budget less plan_margin (the runtime's count runs a little above
+    the simulator's at the budget's edge); the executor still enforces the whole budget."""
+    kwargs = budget_kwargs(gpt, adamw, device, swap_dir)
+    budget = kwargs["gpu_budget"]
+    default = check_case(gpt, adamw, device, swap_dir)
+    assert default.report["plan"]["plan_margin_bytes"] == min(64 << 20, budget // 256)
+    margin = budget // 8
+    run = check_case(gpt, adamw, device, swap_dir, plan_margin=margin)
+    plan = run.report["plan"]
+    assert plan["plan_margin_bytes"] == margin
+    assert plan["migrations"] > 0 and plan["peak_after"] <= budget - margin, plan
+    # More stays away under the wider margin than under the default one.
+    assert plan["bytes_to_host"] + plan["bytes_to_ssd"] > \
+        default.report["plan"]["bytes_to_host"] + default.report["plan"]["bytes_to_ssd"], (plan, default.report["plan"])
+    for s in planned_steps(run):
+        assert s["peak_resident"] <= budget, s
+
 RESUME_SCRIPT = """
 import sys
 sys.path[:0] = [{tests!r}]
