@@ -10,6 +10,12 @@ latency) or in a few places (a plan the runtime cannot follow there).
   python3 bench/device_stalls.py W3-79GiB-teraio-recompute-device-waits.json \\
       --trace W3-79GiB-teraio-recompute-trace.tiotrace --plan W3-79GiB-teraio-recompute-plan.json
   python3 bench/device_stalls.py WAITS.json --timeline simulated-timeline.json
+
+The simulation keeps the budget as the runtime does (`--enforce-budget`: reactive eviction
+covers what the plan leaves over it, as in the session's prediction). A plan made with
+Session(plan_margin=...) (64 MiB by default since session 32) records the budget less the
+margin: pass the session's budget (`--budget 74GiB`) to simulate what the runtime enforced.
+Other options after these go to `teraio simulate` as they are.
 """
 from __future__ import annotations
 
@@ -127,7 +133,8 @@ def simulate(teraio, trace, plan, extra):
     """Runs `teraio simulate` for the timeline; returns it parsed."""
     with tempfile.TemporaryDirectory() as tmp:
         path = pathlib.Path(tmp) / "timeline.json"
-        subprocess.run([str(teraio), "simulate", str(trace), str(plan), "--timeline", str(path), *extra],
+        enforce = [] if "--enforce-budget" in extra else ["--enforce-budget"]
+        subprocess.run([str(teraio), "simulate", str(trace), str(plan), "--timeline", str(path), *enforce, *extra],
                        check=True, stdout=subprocess.DEVNULL)
         return json.loads(path.read_text())
 

@@ -124,7 +124,7 @@ OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "blocks_reused", "fetc
                         "allocation_retries", "stall_by_cause_s",
                         "callback_s", "callback_parts_s", "before_op_parts_s", "freed_scans", "freed_scan_s",
                         "dropped", "bytes_dropped", "copies_given_up", "retimed", "cancelled_offloads", "bytes_abandoned",
-                        "link", "positioned")
+                        "link", "positioned", "positioned_back")
 PLAN_PREDICTIONS = ("predicted_step_s", "predicted_stall_s", "bound_step_s", "profiled_step_s")
 
 
@@ -844,8 +844,8 @@ def print_step(args, mode, record, total):
             line += f" dropped {fmt_size(record['bytes_dropped'])}"
         if record.get("copies_given_up"):
             line += f" (kept copies given up {record['copies_given_up']})"
-        if record.get("positioned"):
-            line += f" positioned {record['positioned']}"
+        if record.get("positioned") or record.get("positioned_back"):
+            line += f" positioned {record.get('positioned', 0)} out {record.get('positioned_back', 0)} back"
         if record["demand_fetches"]:
             line += f" demand {record['demand_fetches']}"
         if record.get("evictions"):

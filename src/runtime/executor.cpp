@@ -228,9 +228,9 @@ std::uint64_t Executor::position_for_plan() {
     throw Error(ErrorKind::kInvalidArgument, "position_for_plan: only at the start of a planned step");
   }
   const State::Call call(s);
-  const std::uint64_t before = s.stats.positioned;
+  const std::uint64_t before = s.stats.positioned + s.stats.positioned_back;
   s.position_for_plan();
-  return s.stats.positioned - before;
+  return s.stats.positioned + s.stats.positioned_back - before;
 }
 
 void Executor::before_op(OpIndex k, std::span<const TensorId> used, std::uint64_t incoming_bytes) {

@@ -1,5 +1,6 @@
 // runtime/executor_eviction: what the executor moves and when (see executor_state.hpp).
 #include <algorithm>
+#include <unordered_set>
 
 #include "executor_state.hpp"
 #include "teraio/core/log.hpp"
@@ -103,8 +104,66 @@ void Executor::State::position_for_plan() {
     }
     // Urgent, as an eviction: the plan counts their memory free from the first operator. A
     // tier without room leaves the tensor where it is; the step then evicts as before.
-    if (start_offload(m.tensor, found->second, tier_kind(m.tier), nullptr)) ++stats.positioned;
+    if (start_offload(m.tensor, found->second, tier_kind(m.tier), nullptr)) {
+      ++stats.positioned;
+      log::debug("positioning: offload of tensor ", m.tensor, " (", found->second.bytes, " bytes)");
+    }
   }
+  // The other half: a reactive step before this one left its evictions away, tensors the plan
+  // has on the device here and fetches for no operator of the step (W3's first planned step:
+  // 111 demand fetches in its first micro-batch, 1.3 s). In the order of first use, so that the
+  // copies finish in the order the operators need them; no eviction for them, as they would
+  // push out what the plan keeps.
+  std::unordered_set<TensorId> away;
+  for (const plan::Migration& m : away_at_start) away.insert(m.tensor);
+  std::vector<std::pair<std::uint64_t, TensorId>> back;
+  std::uint64_t plan_start = 0;  // what the plan holds on the device at every step's start
+  for (const auto& [id, e] : entries) {
+    if (!next_uses.persistent(id) || away.contains(id)) continue;
+    plan_start += e.bytes;
+    if ((e.location == Location::kHost || e.location == Location::kSsd) && e.bytes > 0)
+      back.emplace_back(next_uses.first(id), id);
+  }
+  // A plan that starts over the budget (a plan_filter's, or one that leaves the shortfall to
+  // reactive eviction from the first operator) cannot be followed from its start: filling the
+  // budget with its tensors would leave the first operators' outputs no room but evictions.
+  if (config.budget != 0 && plan_start > config.budget) back.clear();
+  std::sort(back.begin(), back.end());
+  for (const auto& [first, id] : back) {
+    Entry& e = entries.at(id);
+    if (!memory.alive(id)) continue;  // forgotten when next picked or swept
+    if (!fits_after_offloads(e.bytes)) break;
+    // Ordered on the lane as a prefetch due at its first use.
+    plan::Migration due;
+    due.tensor = id;
+    due.bytes = e.bytes;
+    due.direction = plan::Direction::kPrefetch;
+    due.tier = e.extent && e.extent->tier == io::TierKind::kSsd ? plan::Tier::kSsd : plan::Tier::kHost;
+    due.deadline = static_cast<OpIndex>(first);
+    due.urgent = true;
+    try {
+      start_fetch(id, e, &due, std::span<const TensorId>(&id, 1));
+    } catch (const Error& error) {
+      if (!no_room(error) && error.kind() != ErrorKind::kOutOfMemory) throw;
+      log::debug("positioning: fetch of tensor ", id, " refused: ", error.what());
+      break;
+    }
+    ++stats.positioned_back;
+    log::debug("positioning: fetch of tensor ", id, " (", e.bytes, " bytes) for its first use at operator ",
+               first, ": ", resident, " resident");
+  }
+}
+
+bool Executor::State::fits_after_offloads(std::uint64_t bytes) {
+  if (config.budget == 0) return true;
+  while (resident + memory.spare_bytes() + bytes > config.budget) {
+    auto offloading = std::find_if(in_flight.begin(), in_flight.end(), [&](TensorId id) {
+      return entries.at(id).location == Location::kOffloading;
+    });
+    if (offloading == in_flight.end()) return false;
+    complete(*offloading, entries.at(*offloading), current_op);
+  }
+  return true;
 }
 
 bool Executor::State::wait_for_tier_room(OpIndex op) {

@@ -146,8 +146,13 @@ struct Executor::State {
   bool in_step = false;  // between begin_step() and end_step()
   // Gives every spare block back to the allocator (TensorMemory::give_back_spares); never throws.
   void give_back_all_spares();
-  // Sends the tensors of away_at_start still on the device out (StepStats::positioned).
+  // Sends the tensors of away_at_start still on the device out (StepStats::positioned), then
+  // fetches the persistent ones the plan has on the device that are away, while they fit
+  // (StepStats::positioned_back).
   void position_for_plan();
+  // Whether `bytes` more fit the budget now, once the offloads under way are counted done
+  // (complete(): on the device's stream where the copier can, so the host does not wait).
+  bool fits_after_offloads(std::uint64_t bytes);
   OpIndex current_op = 0;
   StepStats stats;
 

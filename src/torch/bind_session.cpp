@@ -71,6 +71,7 @@ py::dict step_dict(const StepRecord& r) {
   d["demand_fetches"] = s.demand_fetches;
   d["evictions"] = s.evictions;
   d["positioned"] = s.positioned;
+  d["positioned_back"] = s.positioned_back;
   d["cancelled_offloads"] = s.cancelled_offloads;
   d["bytes_abandoned"] = s.bytes_abandoned;
   d["skipped"] = s.skipped;

@@ -83,3 +83,18 @@ def test_the_command_reads_the_last_step_and_a_given_timeline(tmp_path, capsys):
     assert json.loads((tmp_path / "r.json").read_text())["step"] == 4
     with pytest.raises(ValueError, match="no step 7"):
         device_stalls.load_waits(waits, 7)
+
+
+def test_the_simulation_keeps_the_budget_as_the_runtime_does(monkeypatch):
+    ran = []
+
+    def fake_run(command, **kwargs):
+        ran.append(command)
+        path = pathlib.Path(command[command.index("--timeline") + 1])
+        path.write_text(json.dumps(TIMELINE))
+
+    monkeypatch.setattr(device_stalls.subprocess, "run", fake_run)
+    assert device_stalls.simulate("teraio", "t.tiotrace", "p.json", ["--budget", "74GiB"]) == TIMELINE
+    assert device_stalls.simulate("teraio", "t.tiotrace", "p.json", ["--enforce-budget"]) == TIMELINE
+    assert ran[0][-3:] == ["--enforce-budget", "--budget", "74GiB"], ran[0]
+    assert ran[1].count("--enforce-budget") == 1, ran[1]

@@ -377,11 +377,11 @@ def test_a_step_line_says_what_was_positioned_and_evicted(capsys):
 
     record = {"step": 2, "measured": True, "time_s": 26.5, "loss": 12.5, "phase": "planned", "mode": "planned",
               "stall_s": 0.0, "bytes_to_host": 1 << 30, "bytes_to_ssd": 0, "demand_fetches": 11, "evictions": 11,
-              "positioned": 370}
+              "positioned": 370, "positioned_back": 111}
     train_llm.print_step(types.SimpleNamespace(workload="W3"), "teraio-recompute", record, 4)
     out = capsys.readouterr().out
-    assert "positioned 370 demand 11 evictions 11" in out
-    record.update(positioned=0, evictions=0)
+    assert "positioned 370 out 111 back demand 11 evictions 11" in out
+    record.update(positioned=0, positioned_back=0, evictions=0)
     train_llm.print_step(types.SimpleNamespace(workload="W3"), "teraio-recompute", record, 4)
     out = capsys.readouterr().out
     assert "positioned" not in out and "evictions" not in out

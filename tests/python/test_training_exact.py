@@ -245,6 +245,9 @@ def test_the_first_planned_step_starts_where_the_plan_does(device, swap_dir):
     planned = planned_steps(run)
     assert planned[0]["positioned"] > 0 and all(s["positioned"] == 0 for s in planned[1:]), planned
     assert planned[0]["evictions"] <= min(s["evictions"] for s in planned[1:]) + 2, [s["evictions"] for s in planned]
+    # And it fetches back, before the first operator, what the reactive step left away that the
+    # plan has on the device, so that the first operators do not fetch it on demand.
+    assert planned[0]["demand_fetches"] <= min(s["demand_fetches"] for s in planned[1:]) + 2, planned
 
 
 def test_copies_run_as_issued_stay_exact(device, swap_dir):

@@ -207,6 +207,79 @@ TEST(ExecutorPlan, PositioningSendsOutWhatTheFirstOperatorWouldOtherwiseEvict) {
   }
 }
 
+// A step before the plan's first one (a reactive step, or another plan) can leave away tensors
+// that the plan has on the device at every step's start. Positioning fetches them back, in the
+// order of their first use and as far as the budget has room without evicting; those it leaves
+// away are fetched on demand. A plan whose start is over the budget is not followed there.
+TEST(ExecutorPlan, PositioningFetchesBackWhatTheStepBeforeLeftAway) {
+  enum class Case { kNoBudget, kRoomForOne, kPlanStartsOverBudget };
+  for (const Case c : {Case::kNoBudget, Case::kRoomForOne, Case::kPlanStartsOverBudget}) {
+    SCOPED_TRACE(static_cast<int>(c));
+    // Room for one: tensor 4, which the plan does not know (a step-local storage still
+    // alive), holds the room of a second one.
+    const std::uint64_t budget = c == Case::kNoBudget ? 0 : c == Case::kRoomForOne ? 3 * kBytes : 2 * kBytes;
+    Rig rig(budget);
+    Executor& ex = rig.executor();
+    rig.add(1, kBytes);
+    rig.add(2, kBytes);
+    rig.add(3, kBytes);
+    // The step before sends 1 and 2 out for good.
+    ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kHost, 0), offload(2, kBytes, plan::Tier::kSsd, 0)}));
+    ex.set_mode(Mode::kPlanned);
+    ex.begin_step();
+    run_ops(ex, 1, {});
+    ex.drain();
+    ex.end_step();
+    ASSERT_EQ(ex.location(1), Location::kHost);
+    ASSERT_EQ(ex.location(2), Location::kSsd);
+    if (c == Case::kRoomForOne) rig.add(4, kBytes);
+    // The new plan keeps 1, 2 and 3 on the device: 2 is used first, then 1, then 3.
+    ex.set_plan(plan_of({}));
+    ex.set_next_uses(next_uses_of({{1, {2}}, {2, {1}}, {3, {3}}}, {1, 2, 3}, 4));
+    ex.begin_step();
+    const std::uint64_t moved = ex.position_for_plan();
+    ex.drain();
+    const Location first = ex.location(1), second = ex.location(2);
+    run_ops(ex, 4, {{1, {2}}, {2, {1}}, {3, {3}}});
+    const StepStats stats = ex.end_step();
+    ex.drain();
+    for (const TensorId id : {1, 2, 3}) {  // one by one: all three may be over the budget
+      ex.fetch(std::span<const TensorId>(&id, 1));
+      EXPECT_TRUE(rig.memory().intact(id)) << "tensor " << id;
+    }
+    EXPECT_EQ(stats.positioned, 0u);
+    switch (c) {
+      case Case::kNoBudget:
+        // Both come back, and no operator waits for one.
+        EXPECT_EQ(moved, 2u);
+        EXPECT_EQ(stats.positioned_back, 2u);
+        EXPECT_EQ(first, Location::kDevice);
+        EXPECT_EQ(second, Location::kDevice);
+        EXPECT_EQ(stats.demand_fetches, 0u);
+        EXPECT_EQ(stats.evictions, 0u);
+        EXPECT_EQ(stats.bytes_from_host, kBytes);
+        EXPECT_EQ(stats.bytes_from_ssd, kBytes);
+        break;
+      case Case::kRoomForOne:
+        // The one used first (2) comes back; 1 waits for its operator.
+        EXPECT_EQ(moved, 1u);
+        EXPECT_EQ(stats.positioned_back, 1u);
+        EXPECT_EQ(second, Location::kDevice);
+        EXPECT_EQ(first, Location::kHost);
+        EXPECT_EQ(stats.demand_fetches, 1u);
+        break;
+      case Case::kPlanStartsOverBudget:
+        // Three tensors at the start, room for two: both stay away until their operators.
+        EXPECT_EQ(moved, 0u);
+        EXPECT_EQ(stats.positioned_back, 0u);
+        EXPECT_EQ(second, Location::kSsd);
+        EXPECT_EQ(first, Location::kHost);
+        EXPECT_EQ(stats.demand_fetches, 2u);
+        break;
+    }
+  }
+}
+
 // Only the trace's persistent tensors are positioned: without next uses, none is.
 TEST(ExecutorPlan, PositioningWithoutNextUsesSendsNothing) {
   Rig rig(0);

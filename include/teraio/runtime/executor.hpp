@@ -103,6 +103,10 @@ struct StepStats {
   // (the first planned step after a reactive one, or after a new plan): tensors the plan has
   // away at every step's start that were still on the device.
   std::uint64_t positioned = 0;
+  // Fetches before that first operator, the other half of positioning: persistent tensors the
+  // plan has on the device at every step's start that the step before left away (a reactive
+  // step's evictions), in the order of their first use, as far as the budget has room.
+  std::uint64_t positioned_back = 0;
   std::uint64_t cancelled_offloads = 0;  // tensor used or prefetched while its copy out ran
   // Bytes of those copies out that were dropped before they started (TensorMemory::
   // cancel_copy_out). They are in bytes_to_host/ssd, which count copies when issued.
@@ -179,8 +183,12 @@ class Executor {
   // steady state; none without set_next_uses): a step-local tensor alive at the step's start is
   // an older storage whose id a new one takes over. Call it on the first step of a new plan: a
   // step after a reactive one, or after another plan, otherwise starts with memory the plan gave
-  // to its first operators. Returns how many went (StepStats::positioned); throws
-  // Error{kInvalidArgument} outside a planned step.
+  // to its first operators. Then fetches, in the order of their first use and as far as the
+  // budget has room without evicting (offloads under way count as done), the persistent tensors
+  // the plan has on the device at the start that are away: a reactive step leaves its evictions
+  // out, and each would otherwise be fetched on demand by the first micro-batch. Returns how
+  // many moved (StepStats::positioned + positioned_back); throws Error{kInvalidArgument} outside
+  // a planned step.
   std::uint64_t position_for_plan();
   // Before operator k of the step: retires completed transfers (releasing the memory of
   // finished offloads), issues the plan's migrations for k (kPlanned; urgent first), makes

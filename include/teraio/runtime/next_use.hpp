@@ -36,6 +36,13 @@ class NextUses {
   // which frees it at its last use, never evicts it).
   std::uint64_t after(trace::TensorId id, trace::OpIndex k) const;
 
+  // The first operator of the step that uses tensor `id`; kNever for a tensor the trace does
+  // not know.
+  std::uint64_t first(trace::TensorId id) const {
+    const auto found = uses_.find(id);
+    return found == uses_.end() || found->second.ops.empty() ? kNever : found->second.ops.front();
+  }
+
   // Whether the trace has tensor `id` alive across steps (trace::Tensor::persistent); false for
   // a tensor it does not know.
   bool persistent(trace::TensorId id) const {
