@@ -120,9 +120,19 @@ void Executor::set_plan(const plan::Plan& plan) {
   for (const plan::Migration& m : plan.migrations) {
     if (last.at(m.tensor) == &m && m.direction == plan::Direction::kOffload) away.push_back(m);
   }
+  std::unordered_map<TensorId, const plan::Migration*> first;
+  for (const plan::Migration& m : plan.migrations) {
+    const plan::Migration*& seen = first[m.tensor];
+    if (seen == nullptr || m.issue_before < seen->issue_before) seen = &m;
+  }
+  std::unordered_map<TensorId, OpIndex> leaves_first;
+  for (const auto& [id, m] : first) {
+    if (m->direction == plan::Direction::kOffload) leaves_first.emplace(id, m->issue_before);
+  }
   std::lock_guard lock(state_->mutex);
   state_->migrations_before = std::move(index);
   state_->away_at_start = std::move(away);
+  state_->leaves_first = std::move(leaves_first);
 }
 
 void Executor::set_next_uses(NextUses next_uses) {
@@ -219,6 +229,7 @@ void Executor::begin_step() {
   s.in_step = true;
   s.stats.mode = s.mode;
   s.stats.peak_resident = s.resident;
+  s.current_op = 0;  // what is done before operator 0 (position_for_plan) is operator 0's
 }
 
 std::uint64_t Executor::position_for_plan() {

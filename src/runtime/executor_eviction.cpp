@@ -121,8 +121,13 @@ void Executor::State::position_for_plan() {
   for (const auto& [id, e] : entries) {
     if (!next_uses.persistent(id) || away.contains(id)) continue;
     plan_start += e.bytes;
-    if ((e.location == Location::kHost || e.location == Location::kSsd) && e.bytes > 0)
-      back.emplace_back(next_uses.first(id), id);
+    if ((e.location != Location::kHost && e.location != Location::kSsd) || e.bytes == 0) continue;
+    // One the plan sends out before its first use (used last at the step's end) would go straight
+    // back: the plan's own prefetch brings it.
+    const std::uint64_t first = next_uses.first(id);
+    if (const auto leaves = leaves_first.find(id); leaves != leaves_first.end() && leaves->second <= first)
+      continue;
+    back.emplace_back(first, id);
   }
   // A plan that starts over the budget (a plan_filter's, or one that leaves the shortfall to
   // reactive eviction from the first operator) cannot be followed from its start: filling the
@@ -130,8 +135,10 @@ void Executor::State::position_for_plan() {
   if (config.budget != 0 && plan_start > config.budget) back.clear();
   std::sort(back.begin(), back.end());
   for (const auto& [first, id] : back) {
-    Entry& e = entries.at(id);
-    if (!memory.alive(id)) continue;  // forgotten when next picked or swept
+    // A fetch below can forget freed tensors (allocate): look each one up again.
+    const auto found = entries.find(id);
+    if (found == entries.end() || !memory.alive(id)) continue;  // forgotten when next picked or swept
+    Entry& e = found->second;
     if (!fits_after_offloads(e.bytes)) break;
     // Ordered on the lane as a prefetch due at its first use.
     plan::Migration due;
@@ -141,11 +148,9 @@ void Executor::State::position_for_plan() {
     due.tier = e.extent && e.extent->tier == io::TierKind::kSsd ? plan::Tier::kSsd : plan::Tier::kHost;
     due.deadline = static_cast<OpIndex>(first);
     due.urgent = true;
-    try {
-      start_fetch(id, e, &due, std::span<const TensorId>(&id, 1));
-    } catch (const Error& error) {
-      if (!no_room(error) && error.kind() != ErrorKind::kOutOfMemory) throw;
-      log::debug("positioning: fetch of tensor ", id, " refused: ", error.what());
+    // An allocator that refuses the block ends it: making room would move out what the plan keeps.
+    if (!start_fetch(id, e, &due, std::span<const TensorId>(&id, 1), false)) {
+      log::debug("positioning: the allocator refused the block of tensor ", id, " (", e.bytes, " bytes)");
       break;
     }
     ++stats.positioned_back;
@@ -156,14 +161,26 @@ void Executor::State::position_for_plan() {
 
 bool Executor::State::fits_after_offloads(std::uint64_t bytes) {
   if (config.budget == 0) return true;
-  while (resident + memory.spare_bytes() + bytes > config.budget) {
+  // Whether it can fit at all once every offload under way is done and spare blocks are given
+  // back: if not, nothing is waited for.
+  std::uint64_t leaving = 0;
+  for (const TensorId id : in_flight) {
+    const Entry& e = entries.at(id);
+    if (e.location == Location::kOffloading) leaving += e.bytes;
+  }
+  if (resident - std::min(resident, leaving) + bytes > config.budget) return false;
+  while (true) {
+    // As free_down_to: a fetch that gets a spare block of its size adds nothing.
+    const std::uint64_t adds = memory.has_spare(bytes) ? 0 : bytes;
+    const std::uint64_t spare = memory.spare_bytes();
+    if (resident + spare + adds <= config.budget) return true;
+    if (spare > 0 && memory.give_back_spares(resident + spare + adds - config.budget, bytes) > 0) continue;
     auto offloading = std::find_if(in_flight.begin(), in_flight.end(), [&](TensorId id) {
       return entries.at(id).location == Location::kOffloading;
     });
     if (offloading == in_flight.end()) return false;
     complete(*offloading, entries.at(*offloading), current_op);
   }
-  return true;
 }
 
 bool Executor::State::wait_for_tier_room(OpIndex op) {

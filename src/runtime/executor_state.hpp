@@ -84,6 +84,10 @@ struct Executor::State {
   // fill the memory the plan gave the first micro-batches, which then evict reactively
   // (Executor::position_for_plan).
   std::vector<plan::Migration> away_at_start;
+  // Each tensor whose first migration in a step is an offload: the operator it is issued before.
+  // One used last at the step's end leaves at its start (Executor::position_for_plan does not
+  // fetch it back for that).
+  std::unordered_map<TensorId, OpIndex> leaves_first;
   NextUses next_uses;
   std::unordered_map<TensorId, Entry> entries;
   // kDevice tensors by last use: in this order pick_victim looks for one to evict (least
@@ -207,7 +211,10 @@ struct Executor::State {
   // `planned` is the plan's migration, or nullptr for a reactive transfer (eviction, demand).
   bool start_offload(TensorId id, Entry& e, io::TierKind preferred, const plan::Migration* planned);
 
-  void start_fetch(TensorId id, Entry& e, const plan::Migration* planned, std::span<const TensorId> keep);
+  // Allocates the tensor's block (allocate(), which may move others out for room) and starts
+  // its copy in. Without `may_evict`, a refused allocation moves nothing and returns false.
+  bool start_fetch(TensorId id, Entry& e, const plan::Migration* planned, std::span<const TensorId> keep,
+                   bool may_evict = true);
   // A kDevice tensor whose extent kept its copy leaves without a transfer: the device memory
   // goes back at once and the extent is where its bytes are.
   void drop(TensorId id, Entry& e);

@@ -119,11 +119,12 @@ void Executor::State::give_back_extent(TensorId id, Entry& e) {
   store.release(*std::exchange(e.extent, std::nullopt));
 }
 
-void Executor::State::start_fetch(TensorId id, Entry& e, const plan::Migration* planned,
-                                  std::span<const TensorId> keep) {
+bool Executor::State::start_fetch(TensorId id, Entry& e, const plan::Migration* planned,
+                                  std::span<const TensorId> keep, bool may_evict) {
   // Its copy out may still be settling: the read must not overtake the write.
   if (std::exception_ptr failure = settle(id, current_op)) std::rethrow_exception(failure);
-  void* fresh = allocate(id, e, keep);
+  void* fresh = may_evict ? allocate(id, e, keep) : reallocate_unless_refused(id);
+  if (fresh == nullptr) return false;
   try {
     e.transfer = store.read(*e.extent, fresh, io::MemoryKind::kDevice, priority(planned));
   } catch (...) {
@@ -133,6 +134,7 @@ void Executor::State::start_fetch(TensorId id, Entry& e, const plan::Migration* 
   e.keep_after_fetch = planned != nullptr && planned->kept_copy;
   start_span(id, e, plan::Direction::kPrefetch, planned != nullptr);
   set_location(id, e, Location::kFetching);
+  return true;
 }
 
 void Executor::State::await(const io::Transfer& transfer, OpIndex op, StallCause cause) {

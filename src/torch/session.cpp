@@ -95,17 +95,18 @@ Session::Session(SessionConfig config)
     throw Error(ErrorKind::kInvalidArgument,
                 cat("request_latency must be between 0 and 1 second (got ", *latency, ")"));
   }
-  const std::uint64_t tracked = config_.gpu_budget - std::min(config_.hole_bytes, config_.gpu_budget);
-  if (config_.plan_margin && config_.gpu_budget > 0 && *config_.plan_margin >= tracked) {
-    throw Error(ErrorKind::kInvalidArgument,
-                cat("plan_margin (", format_bytes(*config_.plan_margin),
-                    ") must be below the budget tracked tensors get (", format_bytes(tracked), ")"));
-  }
   if (config_.hole_bytes > 0 && config_.hole_bytes >= config_.gpu_budget) {
     throw Error(ErrorKind::kInvalidArgument,
                 cat("hole_bytes (", format_bytes(config_.hole_bytes), ") must be below gpu_budget (",
                     config_.gpu_budget == 0 ? std::string("none") : format_bytes(config_.gpu_budget),
                     "): the hole counts in the budget"));
+  }
+  // The hole's bytes are the budget's too: tracked tensors get the rest.
+  const std::uint64_t tracked = config_.gpu_budget - config_.hole_bytes;
+  if (config_.plan_margin && config_.gpu_budget > 0 && *config_.plan_margin >= tracked) {
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("plan_margin (", format_bytes(*config_.plan_margin),
+                    ") must be below the budget tracked tensors get (", format_bytes(tracked), ")"));
   }
   copier_ = make_copier(device_, config_.copy_order);
   io::EngineConfig engine;
@@ -120,13 +121,11 @@ Session::Session(SessionConfig config)
   store_ = std::make_unique<io::TierStore>(*copier_, engine);
   memory_ = std::make_unique<StorageMemory>(table_, *copier_, device_, callback_parts_, config_.reuse_blocks);
   runtime::ExecutorConfig executor_config;
-  // The hole's bytes are the budget's too: tracked tensors get the rest.
-  const std::uint64_t tracked_budget = config_.gpu_budget - config_.hole_bytes;
-  executor_config.budget = tracked_budget;
+  executor_config.budget = tracked;
   executor_ = std::make_unique<runtime::Executor>(*store_, *memory_, executor_config);
   timer_ = make_op_timer(device_);
 
-  hardware_.gpu_budget = tracked_budget;
+  hardware_.gpu_budget = tracked;
   if (config_.hole_bytes > 0) hole_ = std::make_unique<LargeRequestHole>(device_, config_.hole_bytes);
   hardware_.host_capacity = config_.host_budget;
   hardware_.ssd_capacity = config_.ssd_capacity * config_.ssd_paths.size();
@@ -170,6 +169,7 @@ void Session::probe_bandwidths() {
 }
 
 std::uint64_t Session::plan_margin() const {
+  if (hardware_.gpu_budget == 0) return 0;  // nothing is planned
   return config_.plan_margin.value_or(std::min(kDefaultPlanMargin, hardware_.gpu_budget / 256));
 }
 

@@ -21,13 +21,15 @@ void Session::make_plan() {
   trace::validate(*trace_);
   plan::PlannerOptions options;
   options.stall_rounds = config_.stall_rounds;
-  // Planned for a little less than the executor enforces (SessionConfig::plan_margin); the
-  // prediction below simulates the plan under the budget the executor enforces.
-  plan::Hardware planning = hardware_;
-  planning.gpu_budget -= std::min(plan_margin(), planning.gpu_budget);
-  plan_ = plan::make_plan(*trace_, planning, options);
   const std::vector<std::uint64_t> active = trace::active_bytes(*trace_);
   const auto worst = std::max_element(active.begin(), active.end());
+  // Planned for a little less than the executor enforces (SessionConfig::plan_margin), never
+  // for less than one operator needs at once; the prediction below simulates the plan under the
+  // budget the executor enforces.
+  plan::Hardware planning = hardware_;
+  const std::uint64_t floor = worst == active.end() ? 0 : std::min(*worst, hardware_.gpu_budget);
+  planning.gpu_budget = std::max(hardware_.gpu_budget - std::min(plan_margin(), hardware_.gpu_budget), floor);
+  plan_ = plan::make_plan(*trace_, planning, options);
   if (worst != active.end() && *worst > hardware_.gpu_budget) {
     const auto k = static_cast<std::size_t>(worst - active.begin());
     throw Error(ErrorKind::kInfeasible,
@@ -35,14 +37,21 @@ void Session::make_plan() {
                     " is below what operator ", k, " (", trace_->ops[k].name, ") needs at once: ",
                     format_bytes(*worst), "; no plan can reach it. Planner: ", plan_->diagnosis.message));
   }
-  if (plan_->plan.migrations.empty() && plan_->plan.peak_before <= hardware_.gpu_budget) {
+  if (plan_->plan.peak_before <= hardware_.gpu_budget) {
+    // The step fits the budget as profiled (the margin is for plans that move tensors).
+    plan_->plan.migrations.clear();
     predict();  // the profiled step, reported beside the measured one
     go_passive();
     return;
   }
   if (!plan_->diagnosis.feasible && !retiming_) {
     // Said once, when planning from a profile: every later step runs this plan and its waits.
-    log::warn(cat("TeraIO: no plan fits the budget ", format_bytes(hardware_.gpu_budget), " without stalls",
+    const std::string planned_for =
+        planning.gpu_budget < hardware_.gpu_budget
+            ? cat(" (planned for ", format_bytes(planning.gpu_budget), ", the plan margin kept free)")
+            : std::string();
+    log::warn(cat("TeraIO: no plan fits the budget ", format_bytes(hardware_.gpu_budget), planned_for,
+                  " without stalls",
                   plan_->plan.feasible ? "; the plan's planned waits keep it within the budget"
                                        : "; reactive eviction covers what the plan leaves over it",
                   " (", plan_->diagnosis.message, ")"));

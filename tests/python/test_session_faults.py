@@ -155,6 +155,11 @@ def test_bad_arguments_are_refused(tmp_path):
         teraio.Session(device="cpu", gpu_budget="2MiB", plan_margin="2MiB")
     with pytest.raises(ValueError, match="plan_margin"):
         teraio.Session(device="cpu", gpu_budget="2MiB", plan_margin="wide")
+    # The hole's own check comes first; without a budget nothing is planned, so no margin.
+    with pytest.raises(teraio.Error, match=r"hole_bytes \(2\.0 MiB\) must be below gpu_budget"):
+        teraio.Session(device="cpu", gpu_budget="2MiB", hole_bytes="2MiB", plan_margin="1MiB")
+    assert teraio.Session(device="cpu", plan_margin="1MiB").report()["plan"]["plan_margin_bytes"] == 0
+    assert teraio.Session(device="cpu", gpu_budget="64MiB").report()["plan"]["plan_margin_bytes"] == (64 << 20) // 256
     for latency in (-1e-6, 2, float("nan")):
         with pytest.raises(ValueError, match="request_latency must be between 0 and 1 second"):
             teraio.Session(device="cpu", request_latency=latency)

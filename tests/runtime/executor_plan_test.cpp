@@ -207,6 +207,18 @@ TEST(ExecutorPlan, PositioningSendsOutWhatTheFirstOperatorWouldOtherwiseEvict) {
   }
 }
 
+// Sends tensors 1 and 2 (kBytes each) out for good with one planned step (1 to the host tier,
+// 2 to `second`), then sets an empty plan: one that keeps both on the device.
+void leave_two_away(Executor& ex, plan::Tier second = plan::Tier::kHost) {
+  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kHost, 0), offload(2, kBytes, second, 0)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  run_ops(ex, 1, {});
+  ex.drain();
+  ex.end_step();
+  ex.set_plan(plan_of({}));
+}
+
 // A step before the plan's first one (a reactive step, or another plan) can leave away tensors
 // that the plan has on the device at every step's start. Positioning fetches them back, in the
 // order of their first use and as far as the budget has room without evicting; those it leaves
@@ -223,18 +235,11 @@ TEST(ExecutorPlan, PositioningFetchesBackWhatTheStepBeforeLeftAway) {
     rig.add(1, kBytes);
     rig.add(2, kBytes);
     rig.add(3, kBytes);
-    // The step before sends 1 and 2 out for good.
-    ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kHost, 0), offload(2, kBytes, plan::Tier::kSsd, 0)}));
-    ex.set_mode(Mode::kPlanned);
-    ex.begin_step();
-    run_ops(ex, 1, {});
-    ex.drain();
-    ex.end_step();
+    leave_two_away(ex, plan::Tier::kSsd);
     ASSERT_EQ(ex.location(1), Location::kHost);
     ASSERT_EQ(ex.location(2), Location::kSsd);
     if (c == Case::kRoomForOne) rig.add(4, kBytes);
     // The new plan keeps 1, 2 and 3 on the device: 2 is used first, then 1, then 3.
-    ex.set_plan(plan_of({}));
     ex.set_next_uses(next_uses_of({{1, {2}}, {2, {1}}, {3, {3}}}, {1, 2, 3}, 4));
     ex.begin_step();
     const std::uint64_t moved = ex.position_for_plan();
@@ -278,6 +283,97 @@ TEST(ExecutorPlan, PositioningFetchesBackWhatTheStepBeforeLeftAway) {
         break;
     }
   }
+}
+
+// Positioning never moves anything out to fetch back: an allocator that refuses the block ends
+// it (its tensors then come back on demand), and a tensor freed meanwhile is passed over.
+TEST(ExecutorPlan, PositioningBackNeitherEvictsForARefusedBlockNorTripsOnAFreedTensor) {
+  {
+    Rig rig(0);
+    rig.add(1, kBytes);
+    rig.add(2, kBytes);
+    rig.add(3, kBytes);  // on the device throughout: a victim, were positioning to make room
+    Executor& ex = rig.executor();
+    leave_two_away(ex);
+    ex.set_next_uses(next_uses_of({{1, {1}}, {2, {2}}}, {1, 2}, 3));
+    ex.begin_step();
+    rig.memory().refuse_allocations(1);
+    EXPECT_EQ(ex.position_for_plan(), 0u);
+    EXPECT_EQ(ex.location(3), Location::kDevice);
+    const StepStats stats = ex.end_step();
+    EXPECT_EQ(stats.evictions, 0u);
+    EXPECT_EQ(stats.positioned_back, 0u);
+  }
+  {
+    Rig rig(0);
+    rig.add(1, kBytes);
+    rig.add(2, kBytes);
+    Executor& ex = rig.executor();
+    leave_two_away(ex);
+    ex.set_next_uses(next_uses_of({{1, {1}}, {2, {2}}}, {1, 2}, 3));
+    rig.memory().free_silently(1);
+    ex.begin_step();
+    EXPECT_EQ(ex.position_for_plan(), 1u);
+    ex.drain();
+    EXPECT_EQ(ex.location(2), Location::kDevice);
+    EXPECT_EQ(ex.end_step().positioned_back, 1u);
+    EXPECT_TRUE(rig.memory().intact(2));
+  }
+}
+
+// With spare blocks kept (reuse_blocks), the block of a tensor positioning sends out serves the
+// fetch back of one of its size: the budget holds one tensor, and both moves fit it.
+TEST(ExecutorPlan, PositioningBackTakesTheSpareBlockOfWhatWentOut) {
+  Rig rig(kBytes);
+  rig.memory().keep_released_blocks();
+  rig.add(1, kBytes);
+  rig.add(2, kBytes);
+  Executor& ex = rig.executor();
+  // The step before sends 2 out; the new plan has 1 away at the start and 2 on the device.
+  ex.set_plan(plan_of({offload(2, kBytes, plan::Tier::kHost, 0)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  run_ops(ex, 1, {});
+  ex.drain();
+  ex.end_step();
+  ASSERT_EQ(ex.location(2), Location::kHost);
+  ex.set_plan(
+      plan_of({prefetch(1, kBytes, plan::Tier::kHost, 1, 2), offload(1, kBytes, plan::Tier::kHost, 3)}));
+  ex.set_next_uses(next_uses_of({{1, {2}}, {2, {0}}}, {1, 2}, 4));
+  ex.begin_step();
+  EXPECT_EQ(ex.position_for_plan(), 2u);
+  ex.drain();
+  EXPECT_EQ(ex.location(2), Location::kDevice);
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.positioned, 1u);
+  EXPECT_EQ(stats.positioned_back, 1u);
+  EXPECT_EQ(stats.evictions, 0u);
+  EXPECT_EQ(rig.memory().blocks_reused(), 1);
+  EXPECT_TRUE(rig.memory().intact(2));
+}
+
+// A tensor used last at the step's end that the plan sends out at its start (its first
+// migration, before its first use) is not fetched back: the plan's own prefetch brings it.
+TEST(ExecutorPlan, PositioningBackLeavesWhatThePlanSendsOutBeforeItsFirstUse) {
+  Rig rig(0);
+  rig.add(1, kBytes);
+  rig.add(2, kBytes);
+  Executor& ex = rig.executor();
+  leave_two_away(ex);
+  // 1: out at operator 0 (used last at the step's end), back at 1 for its use at 2.
+  ex.set_plan(
+      plan_of({offload(1, kBytes, plan::Tier::kHost, 0), prefetch(1, kBytes, plan::Tier::kHost, 1, 2)}));
+  ex.set_next_uses(next_uses_of({{1, {2}}, {2, {1}}}, {1, 2}, 3));
+  ex.begin_step();
+  EXPECT_EQ(ex.position_for_plan(), 1u);  // 2 only
+  ex.drain();
+  EXPECT_EQ(ex.location(1), Location::kHost);
+  EXPECT_EQ(ex.location(2), Location::kDevice);
+  run_ops(ex, 3, {{1, {2}}, {2, {1}}});
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.positioned_back, 1u);
+  EXPECT_EQ(stats.demand_fetches, 0u);
+  EXPECT_EQ(stats.planned_prefetches, 1u);
 }
 
 // Only the trace's persistent tensors are positioned: without next uses, none is.
