@@ -58,6 +58,42 @@ std::size_t size_bucket_of(std::uint64_t bytes) {
   return buckets.size() - 1;
 }
 
+namespace {
+
+// Per operator, the bytes of step-local tensors held after their last use up to their release,
+// and the summary's percentiles of it.
+void held_past_use(const Trace& trace, Characterization& c) {
+  const std::size_t n = trace.ops.size();
+  std::vector<std::int64_t> change(n + 1, 0);  // a running sum gives each operator's bytes
+  CharacterizationSummary& s = c.summary;
+  for (const Tensor& t : trace.tensors) {
+    if (t.persistent || t.uses.empty() || t.held_after_use == 0) continue;
+    s.releases_recorded = true;
+    const std::size_t from = std::size_t{t.uses.back()} + 1;
+    const std::size_t to = std::min<std::size_t>(release_op(t), n - 1);  // inclusive
+    if (from > to) continue;
+    change[from] += static_cast<std::int64_t>(t.bytes);
+    change[to + 1] -= static_cast<std::int64_t>(t.bytes);
+  }
+  c.held_past_use_bytes.assign(n, 0);
+  std::int64_t held = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    held += change[k];
+    c.held_past_use_bytes[k] = static_cast<std::uint64_t>(held);
+    if (c.held_past_use_bytes[k] > s.held_past_use_max_bytes) {
+      s.held_past_use_max_bytes = c.held_past_use_bytes[k];
+      s.held_past_use_max_op = k;
+    }
+  }
+  if (n == 0) return;
+  std::vector<std::uint64_t> sorted = c.held_past_use_bytes;
+  std::sort(sorted.begin(), sorted.end());
+  s.held_past_use_p90_bytes = sorted[(n - 1) * 90 / 100];
+  s.held_past_use_p99_bytes = sorted[(n - 1) * 99 / 100];
+}
+
+}  // namespace
+
 Characterization characterize(const Trace& trace, double idle_threshold_s) {
   Characterization c;
   c.start_s = op_start_times(trace);
@@ -124,6 +160,7 @@ Characterization characterize(const Trace& trace, double idle_threshold_s) {
     ++counted;
   }
   s.mean_active_share = counted ? share_sum / static_cast<double>(counted) : 0;
+  held_past_use(trace, c);
   return c;
 }
 
@@ -135,11 +172,11 @@ void write_characterization(const Characterization& c, const std::string& dir, s
   const auto& buckets = size_buckets();
 
   OutputFile memory(root / "memory.csv");
-  memory.out() << "op,start_s,demand_bytes,active_bytes,active_share\n";
+  memory.out() << "op,start_s,demand_bytes,active_bytes,active_share,held_past_use_bytes\n";
   for (std::size_t k = 0; k < c.demand_bytes.size(); ++k)
     memory.out() << k << ',' << c.start_s[k] << ',' << c.demand_bytes[k] << ',' << c.active_bytes[k] << ','
                  << share(static_cast<double>(c.active_bytes[k]), static_cast<double>(c.demand_bytes[k]))
-                 << '\n';
+                 << ',' << (k < c.held_past_use_bytes.size() ? c.held_past_use_bytes[k] : 0) << '\n';
   memory.close();
 
   OutputFile sizes(root / "sizes.csv");
@@ -182,6 +219,11 @@ void write_characterization(const Characterization& c, const std::string& dir, s
       {"share_tensors_idle_over_threshold", s.share_tensors_idle_over_threshold},
       {"share_bytes_idle_over_threshold", s.share_bytes_idle_over_threshold},
       {"share_periods_over_threshold", s.share_periods_over_threshold},
+      {"releases_recorded", s.releases_recorded},
+      {"held_past_use_p90_bytes", s.held_past_use_p90_bytes},
+      {"held_past_use_p99_bytes", s.held_past_use_p99_bytes},
+      {"held_past_use_max_bytes", s.held_past_use_max_bytes},
+      {"held_past_use_max_op", s.held_past_use_max_op},
   };
   OutputFile json(root / "summary.json");
   json.out() << summary.dump(2) << '\n';

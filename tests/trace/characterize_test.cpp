@@ -73,6 +73,28 @@ TEST(Characterize, EmptyTrace) {
   EXPECT_EQ(c.summary.share_tensors_idle_over_threshold, 0);
 }
 
+// Step-local tensors the program held after their last use (a profile with record_releases):
+// the bytes per operator from the operator after the last use through the release.
+TEST(Characterize, BytesHeldPastTheirLastUse) {
+  Trace t = make_trace({0.001, 0.001, 0.001, 0.001, 0.001});
+  add_tensor(t, 1000, {0, 1}).held_after_use = 2;  // held at operators 2 and 3
+  add_tensor(t, 500, {2}).held_after_use = 1;      // held at operator 3
+  add_tensor(t, 7, {0}, true);                     // persistent: never counted
+  add_tensor(t, 30, {1});                          // freed at its last use
+  const Characterization c = characterize(t);
+  EXPECT_EQ(c.held_past_use_bytes, (std::vector<std::uint64_t>{0, 0, 1000, 1500, 0}));
+  const CharacterizationSummary& s = c.summary;
+  EXPECT_TRUE(s.releases_recorded);
+  EXPECT_EQ(s.held_past_use_max_bytes, 1500u);
+  EXPECT_EQ(s.held_past_use_max_op, 3u);
+  EXPECT_EQ(s.held_past_use_p90_bytes, 1000u);  // the 4th of the 5 sorted: 0 0 0 1000 1500
+  // A profile without releases says so, with nothing held.
+  const Characterization none = characterize(study_trace());
+  EXPECT_FALSE(none.summary.releases_recorded);
+  EXPECT_EQ(none.summary.held_past_use_max_bytes, 0u);
+  EXPECT_EQ(none.held_past_use_bytes, (std::vector<std::uint64_t>(4, 0)));
+}
+
 std::string read(const std::filesystem::path& path) {
   std::ifstream in(path);
   std::stringstream text;
@@ -87,7 +109,9 @@ TEST(WriteCharacterization, CsvFilesAndSampledCdf) {
   for (OpIndex k = 1; k < 6; ++k) add_tensor(t, 10, {0, k});  // idle 0..4 ops
   write_characterization(characterize(t), (dir / "out").string(), 2);
   const std::string memory = read(dir / "out" / "memory.csv");
-  EXPECT_EQ(memory.rfind("op,start_s,demand_bytes,active_bytes,active_share\n0,0,50,50,1\n", 0), 0u)
+  EXPECT_EQ(memory.rfind(
+                "op,start_s,demand_bytes,active_bytes,active_share,held_past_use_bytes\n0,0,50,50,1,0\n", 0),
+            0u)
       << memory;
   EXPECT_EQ(std::count(memory.begin(), memory.end(), '\n'), 8);
   // 4 periods of the <1MB bucket (0, 1, 2, 3 and 4 idle ops; the first has none), two sampled.

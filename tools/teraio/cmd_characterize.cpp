@@ -53,6 +53,15 @@ int run_characterize(const std::vector<std::string>& args) {
       "  idle longer than %s      %.1f%% of tensors (%.1f%% of bytes), %.1f%% of %zu inactive periods\n",
       format_duration(threshold).c_str(), 100 * s.share_tensors_idle_over_threshold,
       100 * s.share_bytes_idle_over_threshold, 100 * s.share_periods_over_threshold, s.inactive_periods);
+  if (s.releases_recorded) {
+    std::printf(
+        "  held past last use       p90 %s, p99 %s, max %s at operator %zu (step-local tensors freed later "
+        "than used: what a plan counting them free at their last use runs over)\n",
+        format_bytes(s.held_past_use_p90_bytes).c_str(), format_bytes(s.held_past_use_p99_bytes).c_str(),
+        format_bytes(s.held_past_use_max_bytes).c_str(), s.held_past_use_max_op);
+  } else {
+    std::printf("  held past last use       not recorded (profile with Session(record_releases=True))\n");
+  }
   const auto& buckets = trace::size_buckets();
   std::printf("  tensor sizes             ");
   for (std::size_t b = 0; b < buckets.size(); ++b)

@@ -44,6 +44,16 @@ struct CharacterizationSummary {
   double share_tensors_idle_over_threshold = 0;
   double share_bytes_idle_over_threshold = 0;
   double share_periods_over_threshold = 0;
+  // Bytes of step-local tensors the program still held after their last use (held_after_use,
+  // recorded by a profile with record_releases), per operator: the late frees. A plan made as
+  // if every storage were freed at its last use counts them free, so they are what the runtime's
+  // count runs over the plan's (bench/RESULTS.md, session 32: W3's 32 and 112 MiB). Zero when the
+  // profile did not record releases (releases_recorded false).
+  bool releases_recorded = false;
+  std::uint64_t held_past_use_p90_bytes = 0;
+  std::uint64_t held_past_use_p99_bytes = 0;
+  std::uint64_t held_past_use_max_bytes = 0;
+  std::size_t held_past_use_max_op = 0;
 };
 
 struct Characterization {
@@ -51,6 +61,7 @@ struct Characterization {
   std::vector<double> start_s;
   std::vector<std::uint64_t> demand_bytes;
   std::vector<std::uint64_t> active_bytes;
+  std::vector<std::uint64_t> held_past_use_bytes;  // see CharacterizationSummary::releases_recorded
   // Indexed like size_buckets().
   std::vector<SizeMix> sizes;
   // Sorted inactive-period lengths (seconds) of the tensors of each size bucket.
