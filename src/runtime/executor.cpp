@@ -109,25 +109,22 @@ void Executor::set_plan(const plan::Plan& plan) {
     index[m.issue_before].push_back(m);
   }
   for (auto& bucket : index) std::stable_sort(bucket.begin(), bucket.end(), issued_earlier);
-  // The last migration of each tensor, as the simulator picks it (latest issue point, the later
-  // one of a tie).
-  std::unordered_map<TensorId, const plan::Migration*> last;
+  // The first and last migration of each tensor by issue point; the last as the simulator picks
+  // it (the later one of a tie).
+  std::unordered_map<TensorId, std::pair<const plan::Migration*, const plan::Migration*>> ends;
   for (const plan::Migration& m : plan.migrations) {
-    const plan::Migration*& seen = last[m.tensor];
-    if (seen == nullptr || m.issue_before >= seen->issue_before) seen = &m;
+    auto& [first, last] = ends[m.tensor];
+    if (first == nullptr || m.issue_before < first->issue_before) first = &m;
+    if (last == nullptr || m.issue_before >= last->issue_before) last = &m;
   }
-  std::vector<plan::Migration> away;
+  std::vector<plan::Migration> away;  // in the plan's order
   for (const plan::Migration& m : plan.migrations) {
-    if (last.at(m.tensor) == &m && m.direction == plan::Direction::kOffload) away.push_back(m);
-  }
-  std::unordered_map<TensorId, const plan::Migration*> first;
-  for (const plan::Migration& m : plan.migrations) {
-    const plan::Migration*& seen = first[m.tensor];
-    if (seen == nullptr || m.issue_before < seen->issue_before) seen = &m;
+    if (ends.at(m.tensor).second == &m && m.direction == plan::Direction::kOffload) away.push_back(m);
   }
   std::unordered_map<TensorId, OpIndex> leaves_first;
-  for (const auto& [id, m] : first) {
-    if (m->direction == plan::Direction::kOffload) leaves_first.emplace(id, m->issue_before);
+  for (const auto& [id, first_last] : ends) {
+    const plan::Migration* first = first_last.first;
+    if (first->direction == plan::Direction::kOffload) leaves_first.emplace(id, first->issue_before);
   }
   std::lock_guard lock(state_->mutex);
   state_->migrations_before = std::move(index);

@@ -48,14 +48,14 @@ std::optional<TensorId> Executor::State::pick_victim(OpIndex op, std::span<const
   return best;
 }
 
-void Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming,
-                                   std::uint64_t limit, std::uint64_t fetching) {
+bool Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming,
+                                   std::uint64_t limit, std::uint64_t fetching, bool evict) {
   while (true) {
     // A fetch that gets a spare block turns spare bytes into resident ones: it adds nothing.
     const std::uint64_t adds =
         fetching != 0 && memory.has_spare(fetching) ? incoming - std::min(incoming, fetching) : incoming;
     const std::uint64_t spare = memory.spare_bytes();
-    if (resident + spare + adds <= limit) return;
+    if (resident + spare + adds <= limit) return true;
     // Giving a spare block back moves nothing. An eviction below keeps its block in turn (if
     // the memory keeps blocks), and the next round gives that back unless the fetch takes it.
     if (spare > 0 && memory.give_back_spares(resident + spare + adds - limit, fetching) > 0) continue;
@@ -66,6 +66,7 @@ void Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, s
       complete(*offloading, entries.at(*offloading), op);
       continue;
     }
+    if (!evict) return false;
     const std::optional<TensorId> victim = pick_victim(op, keep);
     if (!victim) {
       throw Error(ErrorKind::kInfeasible, over_budget(op, incoming, "no idle resident tensor left to evict"));

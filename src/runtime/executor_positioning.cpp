@@ -79,26 +79,14 @@ void Executor::State::position_for_plan() {
 
 bool Executor::State::fits_after_offloads(std::uint64_t bytes) {
   if (config.budget == 0) return true;
-  // Whether it can fit at all once every offload under way is done and spare blocks are given
-  // back: if not, nothing is waited for.
+  // Whether it can fit at all once every offload under way is done: if not, nothing is waited for.
   std::uint64_t leaving = 0;
   for (const TensorId id : in_flight) {
     const Entry& e = entries.at(id);
     if (e.location == Location::kOffloading) leaving += e.bytes;
   }
   if (resident - std::min(resident, leaving) + bytes > config.budget) return false;
-  while (true) {
-    // As free_down_to: a fetch that gets a spare block of its size adds nothing.
-    const std::uint64_t adds = memory.has_spare(bytes) ? 0 : bytes;
-    const std::uint64_t spare = memory.spare_bytes();
-    if (resident + spare + adds <= config.budget) return true;
-    if (spare > 0 && memory.give_back_spares(resident + spare + adds - config.budget, bytes) > 0) continue;
-    auto offloading = std::find_if(in_flight.begin(), in_flight.end(), [&](TensorId id) {
-      return entries.at(id).location == Location::kOffloading;
-    });
-    if (offloading == in_flight.end()) return false;
-    complete(*offloading, entries.at(*offloading), current_op);
-  }
+  return free_down_to(current_op, {}, bytes, config.budget, bytes, false);
 }
 
 }  // namespace teraio::runtime

@@ -154,8 +154,9 @@ struct Executor::State {
   // fetches the persistent ones the plan has on the device that are away, while they fit
   // (StepStats::positioned_back).
   void position_for_plan();
-  // Whether `bytes` more fit the budget now, once the offloads under way are counted done
-  // (complete(): on the device's stream where the copier can, so the host does not wait).
+  // Whether `bytes` more (a fetch) fit the budget without evicting: spare blocks given back and
+  // offloads under way counted done (complete(): on the device's stream where the copier can),
+  // the waits only when the fetch can fit once they are.
   bool fits_after_offloads(std::uint64_t bytes);
   OpIndex current_op = 0;
   StepStats stats;
@@ -326,9 +327,9 @@ struct Executor::State {
   // back (TensorMemory::spare_bytes; one of size `fetching` stays for that fetch), then by waiting
   // for offloads already under way, then by evicting the idle tensor pick_victim chooses.
   // Tensors in `keep` stay. An eviction no tier has room for waits for a prefetch to give its
-  // extent back.
-  void free_down_to(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming, std::uint64_t limit,
-                    std::uint64_t fetching = 0);
+  // extent back. Without `evict` it stops short of evicting: false when that is what is left.
+  bool free_down_to(OpIndex op, std::span<const TensorId> keep, std::uint64_t incoming, std::uint64_t limit,
+                    std::uint64_t fetching = 0, bool evict = true);
   // Waits for the first of the transfers that give an extent back when done (a prefetch, a
   // taken-back offload) to finish, and retires it; false when none is under way. Stall cause
   // kTierRoom.

@@ -28,7 +28,7 @@ void Session::make_plan() {
   // budget the executor enforces.
   plan::Hardware planning = hardware_;
   const std::uint64_t floor = worst == active.end() ? 0 : std::min(*worst, hardware_.gpu_budget);
-  planning.gpu_budget = std::max(hardware_.gpu_budget - std::min(plan_margin(), hardware_.gpu_budget), floor);
+  planning.gpu_budget = std::max(hardware_.gpu_budget - plan_margin(), floor);  // the margin is below it
   plan_ = plan::make_plan(*trace_, planning, options);
   if (worst != active.end() && *worst > hardware_.gpu_budget) {
     const auto k = static_cast<std::size_t>(worst - active.begin());
