@@ -82,6 +82,38 @@ def test_write_fault_keeps_the_tensor_resident_and_raises(tmp_path):
     session.close()
 
 
+def test_a_close_that_fails_leaves_the_session_open_and_training_exact(tmp_path):
+    # close() brings every tensor back; where it cannot (a read fails here, W3's states that do
+    # not fit the device on the GPU) it raises, and the session must stay open with nothing lost:
+    # training goes on, and a later close() succeeds.
+    data = _data(8)
+    reference, reference_optimizer = _model()
+    reference_losses = []
+    for x, y in data:
+        loss = torch.nn.functional.cross_entropy(reference(x), y)
+        loss.backward()
+        reference_optimizer.step()
+        reference_optimizer.zero_grad()
+        reference_losses.append(loss.detach().clone())
+    model, optimizer = _model()
+    session = _session(tmp_path, 1_200_000, _fault_injection=True)
+    losses = [_step(model, optimizer, x, y, session) for x, y in data[:5]]
+    assert session.phase == "planned"
+    assert session.report()["steps"][-1]["bytes_offloaded"] > 0
+    session._set_faults(reads=True)
+    with pytest.raises(teraio.Error) as failure:
+        session.close()
+    assert failure.value.kind == "I/O error"
+    session._set_faults(reads=False)
+    assert session.phase == "planned"
+    losses += [_step(model, optimizer, x, y, session) for x, y in data[5:]]
+    assert [s["phase"] for s in session.report()["steps"][-3:]] == ["planned"] * 3
+    session.close()
+    assert session.phase == "closed"
+    assert all(torch.equal(a, b) for a, b in zip(reference_losses, losses))
+    assert all(torch.equal(a, b) for a, b in zip(reference.parameters(), model.parameters()))
+
+
 def test_full_ssd_tier_raises_tier_full(tmp_path):
     model, optimizer = _model()
     session = teraio.Session(gpu_budget=1_200_000, ssd=[tmp_path], ssd_capacity="64KiB", device="cpu")
