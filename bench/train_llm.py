@@ -39,8 +39,6 @@ import os
 import pathlib
 import platform
 import shlex
-import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -61,36 +59,14 @@ import gpu_profile  # noqa: E402  (bench/gpu_profile.py)
 import host_watch  # noqa: E402  (bench/host_watch.py)
 import link_activity  # noqa: E402  (bench/link_activity.py)
 import repeated_kv  # noqa: E402  (bench/repeated_kv.py)
+from llm_models import (  # noqa: E402  (bench/llm_models.py)
+    STATE_BYTES_PER_PARAM, WORKLOADS, batch_stream, build_model, count_parameters, describe_model,
+    enable_checkpointing, enable_selective_checkpointing, make_optimizer, shard_with_cpu_offload,
+    single_process_group, transformers_available)
+from llm_table import (  # noqa: E402  (bench/llm_table.py)
+    extrapolate_ideal, fmt_size, median_of, plot_dir, summarize, table_heading, table_markdown, table_notes)
 
 SCRIPT = pathlib.Path(__file__).resolve()
-GIB = 1 << 30
-
-
-@dataclasses.dataclass(frozen=True)
-class Workload:
-    hidden: int
-    layers: int
-    ffn: int
-    heads: int
-    kv_heads: int
-    vocab: int
-    batch: int
-    seq: int
-    micro_batches: int
-    precision: str  # "bf16-autocast" (fp32 parameters), "fp32-tf32" or "fp32"
-    needs_transformers: bool = True
-
-
-WORKLOADS = {
-    "W1": Workload(hidden=2048, layers=16, ffn=5632, heads=16, kv_heads=16, vocab=32000, batch=8, seq=2048,
-                   micro_batches=1, precision="bf16-autocast"),
-    "W2": Workload(hidden=4096, layers=8, ffn=14336, heads=32, kv_heads=8, vocab=32000, batch=1, seq=4096,
-                   micro_batches=16, precision="bf16-autocast"),
-    "W3": Workload(hidden=4096, layers=32, ffn=14336, heads=32, kv_heads=8, vocab=128256, batch=1, seq=2048,
-                   micro_batches=32, precision="fp32-tf32"),
-    "tiny": Workload(hidden=64, layers=2, ffn=128, heads=4, kv_heads=2, vocab=256, batch=2, seq=32, micro_batches=2,
-                     precision="fp32", needs_transformers=False),
-}
 
 MODES = {
     "ideal": "no memory cap",
@@ -110,12 +86,6 @@ MODES = {
 }
 # Modes that keep every model state (parameters, gradients, two AdamW states) on the GPU.
 STATES_ON_GPU = ("ideal", "recast", "ckpt", "sac", "save_on_cpu")
-# Outputs the sac mode keeps (matrix products and attention kernels); it recomputes the rest.
-SAC_SAVED = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_scaled_dot_product_flash_attention",
-             "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-             "_scaled_dot_product_flash_attention_for_cpu", "_flash_attention_forward", "_efficient_attention_forward")
-STATE_BYTES_PER_PARAM = 16  # fp32 parameter, gradient and two AdamW moments
-LR = 1e-4
 STEP_FIELDS = ("phase", "mode", "stall_s", "bytes_to_host", "bytes_from_host", "bytes_to_ssd", "bytes_from_ssd",
                "demand_fetches", "evictions", "peak_resident")
 # Reported by newer native builds only (device-side waits): recorded when present.
@@ -356,191 +326,8 @@ def workload_of(args):
     return dataclasses.replace(workload, layers=args.layers or workload.layers)
 
 
-def fmt_size(n):
-    if n is None:
-        return "–"
-    for unit, scale in (("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:.0f} B"
-
-
 # ---------------------------------------------------------------------------------------------
-# Child: the model, one mode's training, and what it measured
-
-
-@dataclasses.dataclass
-class LanguageModel:
-    module: torch.nn.Module
-    description: str
-    blocks: torch.nn.ModuleList  # the decoder layers: the unit of checkpointing and of sharding
-    uses_transformers: bool
-
-    def loss(self, batch, device):
-        if self.uses_transformers:
-            ids = batch.to(device)
-            return self.module(input_ids=ids, labels=ids).loss
-        tokens, targets = batch
-        return self.module(tokens.to(device), targets.to(device))
-
-
-def transformers_available():
-    return importlib.util.find_spec("transformers") is not None
-
-
-def llama_config(workload, attn):
-    from transformers import LlamaConfig
-
-    config = LlamaConfig(hidden_size=workload.hidden, num_hidden_layers=workload.layers,
-                         num_attention_heads=workload.heads, num_key_value_heads=workload.kv_heads,
-                         intermediate_size=workload.ffn, vocab_size=workload.vocab,
-                         max_position_embeddings=workload.seq, use_cache=False)
-    config._attn_implementation = repeated_kv.implementation(attn)
-    return config
-
-
-def gpt_config(workload):
-    from teraio.models import GPTConfig
-
-    return GPTConfig(vocab=workload.vocab, d_model=workload.hidden, layers=workload.layers, heads=workload.heads,
-                     seq=workload.seq, batch=workload.batch, tie_weights=False)
-
-
-GPT_FALLBACK = ("teraio.models.gpt (transformers not installed; GPT blocks: MLP 4 x hidden, no grouped KV heads, "
-                "matmul attention)")
-
-
-def describe_model(attn):
-    return f"transformers LlamaForCausalLM ({repeated_kv.describe(attn)})" if transformers_available() else GPT_FALLBACK
-
-
-def new_language_model(workload, attn):
-    """The workload's model, on torch's default device."""
-    if transformers_available():
-        from transformers import LlamaForCausalLM
-
-        module = LlamaForCausalLM(llama_config(workload, attn))
-        return LanguageModel(module, describe_model(attn), module.model.layers, True)
-    if workload.needs_transformers:
-        raise RuntimeError("this workload needs transformers (pip install transformers); only the tiny workload "
-                           "has a built-in fallback model")
-    from teraio.models import GPT
-
-    module = GPT(gpt_config(workload))
-    return LanguageModel(module, GPT_FALLBACK, module.blocks, False)
-
-
-def build_model(workload, attn, device):
-    """The workload's model, initialised on `device` from seed 0."""
-    torch.manual_seed(0)
-    with _default_device(device):
-        lm = new_language_model(workload, attn)
-    lm.module.to(device).train()
-    return lm
-
-
-def _default_device(device):
-    # torch < 2.0 (Debian's CPU build) has no device context: its models are built on the CPU anyway.
-    return device if hasattr(torch.device, "__enter__") else contextlib.nullcontext()
-
-
-def count_parameters(workload, attn):
-    """Parameters of the workload's model, built on the meta device (no memory) where torch allows."""
-    with _default_device(torch.device("meta") if hasattr(torch.device, "__enter__") else torch.device("cpu")):
-        module = new_language_model(workload, attn).module
-    return sum(p.numel() for p in module.parameters())
-
-
-def batch_stream(lm, workload):
-    """Each step's micro-batches of random tokens, drawn on the CPU from seed 1: the same batches in
-    every mode and on every device, however many steps a mode runs."""
-    g = torch.Generator().manual_seed(1)
-
-    def draw():
-        if lm.uses_transformers:
-            return torch.randint(0, workload.vocab, (workload.batch, workload.seq), generator=g)
-        from teraio.models import make_batch
-
-        return make_batch(g, workload.batch, workload.seq, workload.vocab)
-
-    while True:
-        yield [draw() for _ in range(workload.micro_batches)]
-
-
-def make_optimizer(module):
-    params = [p for p in module.parameters() if p.requires_grad]
-    # One param group per parameter, in every mode: TeraIO needs each optimizer operator to touch one
-    # parameter (a multi-tensor kernel over all parameters has every model state as its working set,
-    # which cannot fit a budget below the model states), and every mode must run the same math so
-    # that losses compare bit for bit. With one parameter per group the fused kernel updates one
-    # parameter per call.
-    groups = [{"params": [p]} for p in params]
-    if all(p.is_cuda for p in params):
-        return torch.optim.AdamW(groups, lr=LR, fused=True)
-    if torch.cuda.is_available():
-        # FSDP2's CPU-offloaded parameters: the peer gets its fastest optimizer, the fused CPU
-        # kernel over every parameter at once (its math differs from the CUDA kernel's anyway).
-        try:
-            return torch.optim.AdamW(params, lr=LR, fused=True)
-        except (RuntimeError, ValueError):
-            pass
-    # On a CPU-only machine fused AdamW may not exist (torch 1.13).
-    return torch.optim.AdamW(groups, lr=LR, foreach=False)
-
-
-def enable_checkpointing(lm):
-    if lm.uses_transformers:
-        lm.module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        return
-    from torch.utils.checkpoint import checkpoint
-
-    for block in lm.blocks:
-        block.forward = functools.partial(checkpoint, block.forward, use_reentrant=False)
-
-
-def enable_selective_checkpointing(lm):
-    """The sac peer: PyTorch's selective activation checkpointing around every decoder layer."""
-    import torch.utils.checkpoint as ckpt
-
-    if not hasattr(ckpt, "create_selective_checkpoint_contexts"):
-        raise RuntimeError(f"sac needs PyTorch 2.4 or later (selective checkpointing); this is {torch.__version__}")
-    saved = {getattr(torch.ops.aten, name) for name in SAC_SAVED if hasattr(torch.ops.aten, name)}
-
-    def policy(ctx, op, *args, **kwargs):
-        keep = getattr(op, "overloadpacket", None) in saved
-        return ckpt.CheckpointPolicy.MUST_SAVE if keep else ckpt.CheckpointPolicy.PREFER_RECOMPUTE
-
-    def contexts():
-        return ckpt.create_selective_checkpoint_contexts(policy)
-
-    for block in lm.blocks:
-        block.forward = functools.partial(ckpt.checkpoint, block.forward, use_reentrant=False, context_fn=contexts)
-
-
-def shard_with_cpu_offload(lm):
-    try:
-        from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
-    except ImportError:
-        from torch.distributed._composable.fsdp import CPUOffloadPolicy, fully_shard
-    policy = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
-    for block in lm.blocks:
-        fully_shard(block, offload_policy=policy)
-    fully_shard(lm.module, offload_policy=policy)
-
-
-@contextlib.contextmanager
-def single_process_group(device):
-    import torch.distributed as dist
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
-                            init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
+# Child: one mode's training and what it measured (its model and peers: bench/llm_models.py)
 
 
 def teraio_tiers(args, mode):
@@ -1009,7 +796,7 @@ def child_main(args):
 
 
 # ---------------------------------------------------------------------------------------------
-# Parent: run the modes, summarise, write the table
+# Parent: run the modes and write the table (summaries, markdown, plot: bench/llm_table.py)
 
 
 def out_stem(args):
@@ -1076,57 +863,6 @@ def run_or_skip(args, argv, mode, probe_info, layers=None):
     return result
 
 
-def median_of(steps, key):
-    values = [s[key] for s in steps if s.get(key) is not None]
-    return statistics.median(values) if values else None
-
-
-def extrapolate_ideal(runs, counts, layers):
-    """The line through (L1, t1) and (L2, t2), predicted at `layers` and checked at L3."""
-    times = [median_of([s for s in runs[c]["steps"] if s["measured"]], "time_s") if runs[c]["status"] == "ok"
-             else None for c in counts]
-    if times[0] is None or times[1] is None:
-        failed = ", ".join(f"{c} layers: {runs[c]['status']}" for c in counts[:2] if runs[c]["status"] != "ok")
-        return {"status": f"error: extrapolation failed ({failed})", "step_s": None}
-    slope = (times[1] - times[0]) / (counts[1] - counts[0])
-    intercept = times[0] - slope * counts[0]
-    check = intercept + slope * counts[2]
-    return {"status": "ok", "step_s": intercept + slope * layers, "intercept_s": intercept, "per_layer_s": slope,
-            "layer_counts": counts, "measured_s": times, "check_predicted_s": check,
-            "check_error": check / times[2] - 1 if times[2] else None}
-
-
-def summarize(result, ideal_s, ideal_losses):
-    steps = [s for s in result["steps"] if s["measured"]]
-    median = median_of(steps, "time_s") if result["status"] == "ok" else None
-    predicted = ((result.get("teraio") or {}).get("predictions") or {}).get("predicted_step_s")
-    return {
-        "median_step_s": median,
-        "share_of_ideal": ideal_s / median if ideal_s and median else None,
-        "peak_allocated": result.get("peak_allocated"),
-        "peak_reserved": result.get("peak_reserved"),
-        "pinned_host_peak": result.get("pinned_host_peak"),
-        **{key: median_of(steps, key) for key in ("bytes_to_host", "bytes_from_host", "bytes_to_ssd",
-                                                   "bytes_from_ssd", "stall_s", "device_stall_s", "demand_fetches",
-                                                   "callback_s", "bytes_dropped", "gc_s", "gc_collections", "alloc_retries",
-                                                   "device_allocs", "device_frees", "fetch_flushes", "fetch_flush_s",
-                                                   *(f"paged_{name}" for name in host_watch.PAGED_COUNTERS))},
-        "link": link_activity.median(steps),
-        "predicted_step_s": predicted,
-        "model_error": predicted / median - 1 if predicted and median else None,
-        "exact": same_losses(result, ideal_losses),
-        "exact_steps": sum(s["step"] in ideal_losses for s in result["steps"]) if ideal_losses else 0,
-    }
-
-
-def same_losses(result, ideal_losses):
-    """Every loss equal to ideal's bit for bit over the steps both ran; None where not comparable."""
-    if ideal_losses is None or result["status"] != "ok" or result["mode"] == "ideal":
-        return None
-    common = [s for s in result["steps"] if s["step"] in ideal_losses]
-    return bool(common) and all(s["loss_hex"] == ideal_losses[s["step"]] for s in common)
-
-
 def run_table(args, argv, probe_info):
     layers = workload_of(args).layers
     entries = {}
@@ -1153,100 +889,6 @@ def run_table(args, argv, probe_info):
         if name == "ideal" and extrapolation is not None:
             entry["summary"].update(median_step_s=ideal_s, share_of_ideal=1.0 if ideal_s else None)
     return entries, extrapolation
-
-
-def table_markdown(table):
-    header = ("| mode | status | step (s) | share of ideal | peak alloc | peak reserved | pinned host"
-              " | host out/in per step | SSD out/in per step | stall (s) | device stall (s) | predicted (s)"
-              " | model error | demand fetches | exact |")
-    lines = [header, "|" + "---|" * 15]
-    for name, entry in table["modes"].items():
-        s = entry["summary"]
-        lines.append("| " + " | ".join([
-            name, entry["status"] + (" (close failed: see JSON)" if entry.get("close_error") else ""), _num(s["median_step_s"], "{:.3f}"), _num(s["share_of_ideal"], "{:.1%}"),
-            fmt_size(s["peak_allocated"]), fmt_size(s["peak_reserved"]), fmt_size(s["pinned_host_peak"]),
-            _pair(s["bytes_to_host"], s["bytes_from_host"]), _pair(s["bytes_to_ssd"], s["bytes_from_ssd"]),
-            _num(s["stall_s"], "{:.3f}"), _num(s["device_stall_s"], "{:.3f}"), _num(s["predicted_step_s"], "{:.3f}"),
-            _num(s["model_error"], "{:+.1%}"), _num(s["demand_fetches"], "{:g}"),
-            "ref" if name == "ideal" and s["median_step_s"] and not table["extrapolation"] else _exact(entry),
-        ]) + " |")
-    return "\n".join(lines)
-
-
-def _exact(entry):
-    """The exactness verdict, saying over how many steps where ideal ran fewer than the mode (a
-    tuned mode's measured steps come after its tuning steps)."""
-    s = entry["summary"]
-    compared, ran = s.get("exact_steps", 0), len(entry["steps"])
-    if s["exact"] is None or not compared or compared >= ran:
-        return _num(s["exact"], "{}")
-    return f"{s['exact']} ({compared} of {ran} steps)"
-
-
-def table_notes(table):
-    """What a mode chose or did on its own (teraio-recompute's count, teraio.recast), below the table."""
-    notes = [f"- {name}: {entry['recompute']['summary']}" for name, entry in table["modes"].items()
-             if entry.get("recompute")]
-    notes += [f"- {name}: teraio.recast: {entry['recast']}" for name, entry in table["modes"].items()
-              if entry.get("recast")]
-    for name, entry in table["modes"].items():
-        if held_up := host_watch.describe(entry.get("summary", {})):
-            notes.append(f"- {name}: {held_up}")
-    for name, entry in table["modes"].items():
-        plan = (entry.get("teraio") or {}).get("plan") or {}
-        if plan.get("hardware"):
-            rounds = f"; stall search: {plan['stall_rounds']} round(s)" if "stall_rounds" in plan else ""
-            margin = f"; {plan['plan_margin_bytes'] / 2**20:g} MiB kept free below the budget" \
-                if plan.get("plan_margin_bytes") else ""
-            notes.append(f"- {name}: planned for {plan['hardware']}{margin}{rounds}")
-        if plan.get("retimed_steps"):
-            notes.append(f"- {name}: planned again on the operator times of {plan['retimed_steps']} planned step(s): "
-                         f"operators {plan['profiled_step_s_before_retime']:.3f} s -> {plan['profiled_step_s']:.3f} s, "
-                         f"predicted step {plan['predicted_step_s_before_retime']:.3f} s -> "
-                         f"{plan['predicted_step_s']:.3f} s")
-    workspaces = {entry["cublas_workspace"] for entry in table["modes"].values() if entry.get("cublas_workspace")}
-    notes += [f"- cuBLAS workspace (every mode): {workspace}" for workspace in sorted(workspaces)]
-    allocators = {entry["allocator"] for entry in table["modes"].values() if entry.get("allocator")}
-    notes += [f"- CUDA allocator: {allocator}" for allocator in sorted(allocators)]
-    for name, entry in table["modes"].items():
-        if (callbacks := entry.get("summary", {}).get("callback_s")) is not None:
-            notes.append(f"- {name}: TeraIO's operator callbacks took {callbacks:.3f} s of host time per measured "
-                         f"step (median)")
-        if link := entry.get("summary", {}).get("link"):
-            notes.append(f"- {name}: the PCIe link per measured step (median, from the copier's dispatchers): "
-                         f"{link_activity.describe(link)}")
-    return "\n" + "\n".join(notes) + "\n" if notes else ""
-
-
-def _num(value, spec):
-    return "–" if value is None else spec.format(value)
-
-
-def _pair(out, back):
-    return "–" if out is None and back is None else f"{fmt_size(out)} / {fmt_size(back)}"
-
-
-def table_heading(table):
-    w = table["workload_config"]
-    lines = [
-        f"## {table['workload']} at {table['budget'] or 'no cap'} on {table['device']}",
-        "",
-        f"- model: {table['model']}, {table['params'] / 1e6:,.1f} M parameters, {w['layers']} layers, hidden "
-        f"{w['hidden']}, ffn {w['ffn']}, {w['heads']}/{w['kv_heads']} heads, vocab {w['vocab']}; model states "
-        f"{fmt_size(table['model_states_bytes'])}",
-        f"- step: {w['micro_batches']} x micro-batch {w['batch']} x {w['seq']}, {w['precision']}, AdamW "
-        f"(one group per parameter), {table['args']['steps']} measured steps (median)",
-        f"- cap: {table['cap']}; TeraIO gpu_budget {fmt_size(table['teraio_gpu_budget'])}, profile "
-        f"{'records when each storage is freed (--release-tracking on)' if table['args'].get('release_tracking') == 'on' else 'counts every storage freed at its last use'}",
-        f"- torch {table['torch']}, transformers {table['transformers']}, {table['date']}",
-        f"- command: `{table['command']}`",
-    ]
-    if table["extrapolation"] and table["extrapolation"]["status"] == "ok":
-        e = table["extrapolation"]
-        lines.append(f"- ideal extrapolated from {e['layer_counts'][0]} and {e['layer_counts'][1]} layers: "
-                     f"{e['intercept_s']:.3f} s + {e['per_layer_s']:.4f} s/layer; check at {e['layer_counts'][2]} "
-                     f"layers: error {_num(e['check_error'], '{:+.1%}')}")
-    return "\n".join(lines)
 
 
 def describe_cap(args, probe_info):
@@ -1291,62 +933,7 @@ def bench_main(args, argv):
     print("\n" + markdown, flush=True)
     print(f"written: {stem}.json, {stem}.md", flush=True)
     if args.plot:
-        plot_dir(out)
-    return 0
-
-
-# ---------------------------------------------------------------------------------------------
-# Plot
-
-
-def plot_dir(out):
-    """One group of bars per table (workload and budget) in `out`: share of ideal per mode."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("train_llm: matplotlib is not installed (pip install matplotlib): no plot", file=sys.stderr)
-        return 1
-    tables = []
-    for path in sorted(pathlib.Path(out).glob("*.json")):
-        with contextlib.suppress(OSError, ValueError):
-            table = json.loads(path.read_text())
-            if isinstance(table, dict) and table.get("benchmark") == "train_llm":
-                tables.append(table)
-    if not tables:
-        print(f"train_llm: no tables in {out} to plot", file=sys.stderr)
-        return 1
-    modes = [m for m in MODES if any(m in t["modes"] for t in tables)]
-    width = 0.8 / len(modes)
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(tables) * len(modes) / 3), 4))
-    for j, mode in enumerate(modes):
-        for i, table in enumerate(tables):
-            entry = table["modes"].get(mode)
-            if entry is None:
-                continue
-            x = i - 0.4 + (j + 0.5) * width
-            share = entry["summary"]["share_of_ideal"]
-            if share is None:
-                status = entry["status"].split(":")[0][:16]
-                ax.text(x, 0.02, f"{mode}: {status}", rotation=90, ha="center", va="bottom", fontsize=7)
-                continue
-            ax.bar(x, share, width, color=f"C{j}", label=mode)
-            ax.text(x, share, f"{share:.0%}", ha="center", va="bottom", fontsize=7)
-    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-    ax.set_ylim(0, 1.15 * max([1.0] + [b.get_height() for b in ax.patches]))
-    ax.set_xticks(range(len(tables)))
-    ax.set_xticklabels([f"{t['workload']} @ {t['budget'] or 'no cap'}" for t in tables])
-    ax.set_ylabel("share of ideal (ideal step time / step time)")
-    ax.set_title(f"Training throughput under a GPU budget ({tables[0]['device']})")
-    handles, labels = ax.get_legend_handles_labels()
-    unique = dict(zip(labels, handles))
-    ax.legend(unique.values(), unique.keys(), fontsize=8, ncol=min(4, len(unique)), loc="upper center",
-              bbox_to_anchor=(0.5, -0.12))
-    path = pathlib.Path(out) / "share_of_ideal.png"
-    fig.savefig(path, dpi=150, bbox_inches="tight")
-    print(f"written: {path}", flush=True)
+        plot_dir(out, MODES)
     return 0
 
 
@@ -1360,7 +947,7 @@ def main(argv=None):
             print(f"{mode:14} {what}")
         return 0
     if args.plot_from:
-        return plot_dir(args.plot_from)
+        return plot_dir(args.plot_from, MODES)
     return bench_main(args, argv)
 
 
