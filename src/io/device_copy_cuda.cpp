@@ -14,6 +14,7 @@
 #include "teraio/core/strings.hpp"
 #include "teraio/core/units.hpp"
 #include "teraio/io/device_copy.hpp"
+#include "teraio/io/numa.hpp"
 
 namespace teraio::io {
 namespace {
@@ -60,6 +61,14 @@ class CudaCopier final : public DeviceCopier {
 
   std::string name() const override { return cat("cuda:", device_); }
   bool is_cuda() const override { return true; }
+  std::optional<int> numa_node() const override {
+    char bus_id[32] = {};
+    if (cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, device_) != cudaSuccess) {
+      cudaGetLastError();
+      return std::nullopt;
+    }
+    return pci_device_numa_node(bus_id);
+  }
   std::string order() const override { return order_note_; }
   bool completes_in_order() const override { return !lanes_[0]; }
   std::optional<LinkActivities> take_link_activity() override {

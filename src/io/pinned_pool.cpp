@@ -20,6 +20,8 @@ PinnedRegion::PinnedRegion(DeviceCopier& copier, std::size_t bytes, bool pin_now
       mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (mapped == MAP_FAILED) throw_errno(errno, "mmap of ", format_bytes(size_), " of pinned memory");
   data_ = static_cast<std::byte*>(mapped);
+  // Before pinning faults the pages in: they come from the node the policy names.
+  placement_ = place_near(data_, size_, copier_.numa_node());
   if (pin_now) {
     try {
       pin();

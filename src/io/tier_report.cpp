@@ -14,6 +14,7 @@ TierStoreReport TierStore::report() const {
   out.host_used = host_->used();
   out.host_bytes_written = host_bytes_written_;
   out.host_bytes_read = host_bytes_read_;
+  out.host_numa = host_->numa();
   out.stripe_unit = config_.stripe_unit;
   out.chunk_bytes = config_.chunk_bytes;
   out.checksums = config_.checksums;
@@ -46,7 +47,8 @@ std::string format_report(const TierStoreReport& report) {
                          ", checksums ", report.checksums ? "on" : "off", ")\n");
   text += cat("  host tier: ", format_bytes(report.host_used), " of ", format_bytes(report.host_capacity),
               " used, ", format_bytes(report.host_bytes_written), " written, ",
-              format_bytes(report.host_bytes_read), " read\n");
+              format_bytes(report.host_bytes_read), " read",
+              report.host_numa.empty() ? "" : cat("; ", report.host_numa), "\n");
   for (const PathReport& p : report.paths) {
     text += cat("  ssd path ", p.path, ": ", p.backend, ", ",
                 p.direct_io ? "O_DIRECT" : cat("buffered (", p.buffered_reason, ")"),

@@ -89,6 +89,9 @@ class DeviceCopier {
                                              CopyPriority priority = {}) = 0;
   virtual std::unique_ptr<CopyEvent> to_device(void* device_dst, const void* host_src, std::size_t n,
                                                CopyPriority priority = {}) = 0;
+  // The NUMA node nearest the device (its PCIe root), where the kernel knows it: pinned host
+  // memory prefers it (io/numa). nullopt for the host copier.
+  virtual std::optional<int> numa_node() const { return std::nullopt; }
   // Page-locks host memory for DMA (cudaHostRegister); no-op for the host copier.
   virtual void pin(void* host, std::size_t n) = 0;
   virtual void unpin(void* host) = 0;

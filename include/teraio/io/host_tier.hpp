@@ -10,6 +10,7 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "teraio/io/device_copy.hpp"
 #include "teraio/io/extent_allocator.hpp"
@@ -36,6 +37,8 @@ class HostTier {
   std::uint64_t capacity() const { return allocator_.capacity(); }
   std::uint64_t used() const { return allocator_.used(); }
   const ExtentAllocator& allocator() const { return allocator_; }
+  // Where the arena's pages are (PinnedRegion::numa); empty for an empty tier.
+  std::string numa() const { return region_ ? region_->numa() : std::string(); }
 
  private:
   std::unique_ptr<PinnedRegion> region_;

@@ -9,15 +9,18 @@
 #include <cstddef>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "teraio/io/device_copy.hpp"
+#include "teraio/io/numa.hpp"
 
 namespace teraio::io {
 
 class PinnedRegion {
  public:
-  // Maps align_up(bytes, page) bytes. Pins them now unless pin_now is false (then call pin()).
+  // Maps align_up(bytes, page) bytes, preferring the copier's device's NUMA node where the
+  // machine has several. Pins them now unless pin_now is false (then call pin()).
   PinnedRegion(DeviceCopier& copier, std::size_t bytes, bool pin_now = true);
   ~PinnedRegion();
   PinnedRegion(const PinnedRegion&) = delete;
@@ -28,12 +31,15 @@ class PinnedRegion {
   std::byte* data() const { return data_; }
   std::size_t size() const { return size_; }
   bool pinned() const { return pinned_; }
+  // The node asked for and where a sample of the pages is (pages not yet pinned: not placed).
+  std::string numa() const { return placement_.describe(data_, size_); }
 
  private:
   DeviceCopier& copier_;
   std::byte* data_ = nullptr;
   std::size_t size_ = 0;
   bool pinned_ = false;
+  NumaPlacement placement_;
 };
 
 class PinnedBufferPool;

@@ -105,6 +105,7 @@ struct TierStoreReport {
   std::uint64_t host_used = 0;
   std::uint64_t host_bytes_written = 0;
   std::uint64_t host_bytes_read = 0;
+  std::string host_numa;  // HostTier::numa(): the node its pages prefer and where they are
   std::uint64_t stripe_unit = 0;
   std::uint64_t chunk_bytes = 0;
   bool checksums = false;
