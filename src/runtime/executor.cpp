@@ -237,7 +237,8 @@ std::uint64_t Executor::position_for_plan() {
   }
   const State::Call call(s);
   const std::uint64_t before = s.stats.positioned + s.stats.positioned_back;
-  s.position_for_plan();
+  // Transfers the step before left finished count where they went, as at any operator.
+  s.then_rethrow(s.retire_completed(), [&] { s.position_for_plan(); });
   return s.stats.positioned + s.stats.positioned_back - before;
 }
 

@@ -246,6 +246,7 @@ void Session::begin_step() {
   // Inside the step's time and link record: it is this step's traffic.
   if (observing_ && position_due_ && step_mode() == runtime::Mode::kPlanned) {
     position_due_ = false;
+    memory_->at_op(0);  // its device waits are operator 0's, as the executor counts them
     try {
       executor_->position_for_plan();
     } catch (...) {
@@ -433,6 +434,9 @@ void Session::bring_everything_back() {
   executor_->drain_keeping_valid();
   remove_dead();
   const std::vector<TensorId> all = tracked_ids({});
+  // A fetch that fails part-way (a close() that runs out of device memory) leaves the session
+  // open with these back: the next planned step positions again.
+  position_due_ = true;
   executor_->fetch(all);
   // Unobserved from here on: writes would go unseen, so no copy may stay kept.
   executor_->written(all);
@@ -518,6 +522,8 @@ std::uint64_t Session::enter_resident(const std::vector<at::Tensor>& tensors) {
     executor_->set_mode(runtime::Mode::kPassive);
     const std::vector<TensorId> ids = tracked_ids(tensors);
     executor_->fetch(ids);
+    // The next planned step starts with these on the device wherever the plan has them away.
+    position_due_ = true;
     // resident() is for code that reads or writes storage directly, which the session cannot
     // see: the copies kept of these tensors may be stale when it ends.
     executor_->written(ids);

@@ -32,6 +32,19 @@ def _session(tmp_path, budget, **kw):
     return teraio.Session(gpu_budget=budget, ssd=[tmp_path], ssd_capacity="64MiB", device="cpu", **kw)
 
 
+def _reference(data):
+    """Losses and model of the same training without TeraIO."""
+    model, optimizer = _model()
+    losses = []
+    for x, y in data:
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.detach().clone())
+    return losses, model
+
+
 def test_read_fault_ends_the_step_with_a_teraio_error_and_loses_nothing(tmp_path):
     model, optimizer = _model()
     data = _data(7)
@@ -87,14 +100,7 @@ def test_a_close_that_fails_leaves_the_session_open_and_training_exact(tmp_path)
     # not fit the device on the GPU) it raises, and the session must stay open with nothing lost:
     # training goes on, and a later close() succeeds.
     data = _data(8)
-    reference, reference_optimizer = _model()
-    reference_losses = []
-    for x, y in data:
-        loss = torch.nn.functional.cross_entropy(reference(x), y)
-        loss.backward()
-        reference_optimizer.step()
-        reference_optimizer.zero_grad()
-        reference_losses.append(loss.detach().clone())
+    reference_losses, reference = _reference(data)
     model, optimizer = _model()
     session = _session(tmp_path, 1_200_000, _fault_injection=True)
     losses = [_step(model, optimizer, x, y, session) for x, y in data[:5]]
