@@ -117,7 +117,9 @@ def table_notes(table):
             rounds = f"; stall search: {plan['stall_rounds']} round(s)" if "stall_rounds" in plan else ""
             margin = f"; {plan['plan_margin_bytes'] / 2**20:g} MiB kept free below the budget" \
                 if plan.get("plan_margin_bytes") else ""
-            notes.append(f"- {name}: planned for {plan['hardware']}{margin}{rounds}")
+            lead = f"; prefetches moved up to {plan['early_prefetch_lead']:g} transfer times earlier" \
+                if plan.get("early_prefetch_lead") is not None else ""
+            notes.append(f"- {name}: planned for {plan['hardware']}{margin}{lead}{rounds}")
         if plan.get("retimed_steps"):
             notes.append(f"- {name}: planned again on the operator times of {plan['retimed_steps']} planned step(s): "
                          f"operators {plan['profiled_step_s_before_retime']:.3f} s -> {plan['profiled_step_s']:.3f} s, "

@@ -189,6 +189,9 @@ def parse_args(argv):
     p.add_argument("--stall-rounds", type=int, default=None, metavar="N",
                    help="TeraIO modes: Session(stall_rounds=N): rounds of the planner's stall search (default: the "
                         "planner's, 64; 24 before session 27)")
+    p.add_argument("--early-prefetch-lead", type=float, default=None, metavar="X",
+                   help="TeraIO modes: Session(early_prefetch_lead=X): how far earlier the planner may move a "
+                        "prefetch while memory allows, in its own transfer times (default: the planner's, 3)")
     p.add_argument("--gpu-profile", action="store_true",
                    help="after the measured steps, run one more step under torch.profiler (CUDA) and report "
                         "where its GPU time went (bench/gpu_profile.py): kernels, idle time with and without "
@@ -231,9 +234,10 @@ def parse_args(argv):
     if unknown:
         p.error(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(MODES)}")
     if args.steps < 1 or args.warmup < 0 or args.profile_steps < 1 or args.recompute_trials < 1 \
-            or args.recompute_measure < 0 or args.retime < 0 or (args.stall_rounds or 0) < 0:
+            or args.recompute_measure < 0 or args.retime < 0 or (args.stall_rounds or 0) < 0 \
+            or (args.early_prefetch_lead or 0) < 0:
         p.error("--steps, --profile-steps and --recompute-trials must be at least 1, "
-                "--warmup, --recompute-measure, --retime and --stall-rounds at least 0")
+                "--warmup, --recompute-measure, --retime, --stall-rounds and --early-prefetch-lead at least 0")
     try:
         for name in ("budget", "reserve", "teraio_budget", "host_budget", "mixed_host_budget", "ssd_capacity",
                      "plan_margin"):
@@ -360,6 +364,7 @@ def open_session(args, mode, device):
                           copy_order=args.copy_order, recast_weights=args.recast_weights == "on",
                           recast_activations=args.recast_activations == "on", keep_copies=args.keep_copies == "on",
                           retime_steps=args.retime, stall_rounds=args.stall_rounds,
+                          early_prefetch_lead=args.early_prefetch_lead,
                           reuse_blocks=args.reuse_blocks == "on",
                           hole_bytes=args.hole, plan_margin=args.plan_margin,
                           request_latency=parse_duration(args.plan_latency) if args.plan_latency else None,

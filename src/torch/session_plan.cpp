@@ -21,6 +21,7 @@ void Session::make_plan() {
   trace::validate(*trace_);
   plan::PlannerOptions options;
   options.stall_rounds = config_.stall_rounds;
+  options.early_prefetch_lead = config_.early_prefetch_lead;
   const std::vector<std::uint64_t> active = trace::active_bytes(*trace_);
   const auto worst = std::max_element(active.begin(), active.end());
   // Planned for a little less than the executor enforces (SessionConfig::plan_margin), never

@@ -126,11 +126,12 @@ def test_hole_reaches_the_session_and_its_counts_the_table(tmp_path, swap_dir):
     assert "hole handed over" in done.stdout
 
 
-def test_pcie_duplex_plan_latency_and_margin_reach_the_planner_and_the_table_says_so(tmp_path, swap_dir):
+def test_pcie_duplex_plan_latency_margin_and_lead_reach_the_planner_and_the_table_says_so(tmp_path, swap_dir):
     out = tmp_path / "out"
     done = run_bench("--workload", "tiny", "--modes", "ideal,teraio-ssd", "--steps", "2", "--teraio-budget", "1MiB",
                      "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--out", str(out),
-                     "--pcie-duplex", "1.5GB/s", "--plan-latency", "2ms", "--plan-margin", "128KiB")
+                     "--pcie-duplex", "1.5GB/s", "--plan-latency", "2ms", "--plan-margin", "128KiB",
+                     "--early-prefetch-lead", "100")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     entry = json.loads((out / "tiny-nocap.json").read_text())["modes"]["teraio-ssd"]
     assert entry["summary"]["exact"] is True
@@ -139,6 +140,8 @@ def test_pcie_duplex_plan_latency_and_margin_reach_the_planner_and_the_table_say
     assert "2.00 ms a request" in entry["teraio"]["plan"]["hardware"], entry["teraio"]["plan"]
     assert entry["teraio"]["plan"]["plan_margin_bytes"] == 128 << 10
     assert "0.125 MiB kept free below the budget" in done.stdout
+    assert entry["teraio"]["plan"]["early_prefetch_lead"] == 100
+    assert "prefetches moved up to 100 transfer times earlier" in done.stdout
 
 
 @pytest.mark.parametrize("time, says", [("2s", "time '2s': want 0 to 1 s"),

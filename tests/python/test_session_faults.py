@@ -197,6 +197,10 @@ def test_bad_arguments_are_refused(tmp_path):
     with pytest.raises(teraio.Error, match=r"hole_bytes \(2\.0 MiB\) must be below gpu_budget"):
         teraio.Session(device="cpu", gpu_budget="2MiB", hole_bytes="2MiB", plan_margin="1MiB")
     assert teraio.Session(device="cpu", plan_margin="1MiB").report()["plan"]["plan_margin_bytes"] == 0
+    for lead in (-1, float("nan")):
+        with pytest.raises(teraio.Error, match="early_prefetch_lead must be a number >= 0"):
+            teraio.Session(device="cpu", early_prefetch_lead=lead)
+    assert teraio.Session(device="cpu").report()["plan"]["early_prefetch_lead"] == 3
     assert teraio.Session(device="cpu", gpu_budget="64MiB").report()["plan"]["plan_margin_bytes"] == (64 << 20) // 256
     for latency in (-1e-6, 2, float("nan")):
         with pytest.raises(ValueError, match="request_latency must be between 0 and 1 second"):

@@ -368,6 +368,17 @@ def test_the_plan_keeps_its_margin_free_below_the_budget(device, swap_dir):
         assert s["peak_resident"] <= budget, s
 
 
+def test_prefetches_moved_far_earlier_stay_exact(device, swap_dir):
+    # early_prefetch_lead: how far earlier than needed the planner may issue a prefetch while the
+    # budget allows (3 transfer times by default); far earlier keeps more tensors on the device
+    # longer, and the executor still holds the budget.
+    run = check_case(gpt, adamw, device, swap_dir, early_prefetch_lead=100)
+    assert run.report["plan"]["early_prefetch_lead"] == 100
+    budget = budget_kwargs(gpt, adamw, device, swap_dir)["gpu_budget"]
+    for s in planned_steps(run):
+        assert s["peak_resident"] <= budget, s
+
+
 def test_a_step_that_fits_the_budget_but_not_its_margin_moves_nothing(device, swap_dir):
     """The margin is for plans that move tensors: a step whose profile fits the budget runs
     passive, as without a margin, even where it is over the budget less the margin."""

@@ -42,6 +42,7 @@ int run_plan(const std::vector<std::string>& raw_args) {
   opts.add("step", "plan this step of a multi-step trace", "0");
   opts.add("probes", "planner runs the infeasibility diagnosis may spend", "6");
   opts.add_flag("no-early-prefetch", "skip the pass that moves prefetches earlier");
+  opts.add("early-prefetch-lead", "how far earlier that pass may move a prefetch, in its own transfer times", "3");
   opts.add_flag("over-budget-credit", "credit a migration only with the over-budget bytes it removes");
   add_stall_options(opts);
   add_hardware_options(opts);
@@ -60,6 +61,9 @@ int run_plan(const std::vector<std::string>& raw_args) {
 
   plan::PlannerOptions po;
   po.early_prefetch = !opts.flag("no-early-prefetch");
+  po.early_prefetch_lead = opts.number("early-prefetch-lead");
+  if (!(po.early_prefetch_lead >= 0))
+    throw Error(ErrorKind::kInvalidArgument, "--early-prefetch-lead must be a number >= 0");
   po.credit_over_budget_only = opts.flag("over-budget-credit");
   po.diagnosis_probes = static_cast<int>(opts.integer("probes"));
   apply_stall_options(opts, po);
