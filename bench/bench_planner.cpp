@@ -240,6 +240,8 @@ BENCHMARK(BM_JitterStalls)
     ->Args({20, 1, 1})
     ->Args({20, 1, 3})
     ->Args({20, 1, 10})
+    ->Args({10, 1, 100})
+    ->Args({20, 1, 100})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
 
