@@ -163,6 +163,10 @@ def parse_args(argv):
                         "both are busy, e.g. 94GB/s (the H100 machines, bench/RESULTS.md session 19), for the planner's "
                         "booking, its search for planned waits and the prediction (default: each direction at its "
                         "own probed rate)")
+    p.add_argument("--plan-pcie", metavar="RATE",
+                   help="TeraIO modes: Session(bandwidths={'d2h': RATE, 'h2d': RATE}): plan for this PCIe rate each "
+                        "way instead of the start-up probe's, e.g. 46GB/s, what W3's copier lanes reach with both "
+                        "directions busy (bench/RESULTS.md session 33; default: the probe's)")
     p.add_argument("--plan-latency", metavar="TIME",
                    help="TeraIO modes: Session(request_latency=TIME), e.g. 200us: the fixed cost per copy the "
                         "planner plans with (default: the planner's 20us). The plans are just in time, so a runtime "
@@ -246,8 +250,9 @@ def parse_args(argv):
         args.extrapolation = parse_layer_counts(args.extrapolate) if args.extrapolate else None
         if args.recompute_counts:
             parse_counts(args.recompute_counts)
-        if args.pcie_duplex is not None and parse_rate(args.pcie_duplex) <= 0:
-            raise ValueError(f"--pcie-duplex {args.pcie_duplex!r}: want a rate above 0, such as 94GB/s")
+        for flag, rate in (("--pcie-duplex", args.pcie_duplex), ("--plan-pcie", args.plan_pcie)):
+            if rate is not None and parse_rate(rate) <= 0:
+                raise ValueError(f"{flag} {rate!r}: want a rate above 0, such as 94GB/s")
         if args.plan_latency is not None:
             parse_duration(args.plan_latency)
     except ValueError as error:
@@ -368,7 +373,15 @@ def open_session(args, mode, device):
                           reuse_blocks=args.reuse_blocks == "on",
                           hole_bytes=args.hole, plan_margin=args.plan_margin,
                           request_latency=parse_duration(args.plan_latency) if args.plan_latency else None,
-                          bandwidths={"duplex": parse_rate(args.pcie_duplex)} if args.pcie_duplex else None)
+                          bandwidths=planned_bandwidths(args))
+
+
+def planned_bandwidths(args):
+    """Session(bandwidths=...) from --pcie-duplex and --plan-pcie; None: every rate probed."""
+    rates = {"duplex": parse_rate(args.pcie_duplex)} if args.pcie_duplex else {}
+    if args.plan_pcie:
+        rates.update(d2h=parse_rate(args.plan_pcie), h2d=parse_rate(args.plan_pcie))
+    return rates or None
 
 
 def configure_numerics(args, workload):

@@ -9,6 +9,7 @@
 #   ARM=reltrack    --release-tracking on (the profile records when each storage is freed)
 #   ARM=latency500  --plan-latency 500us
 #   ARM=lead100     --early-prefetch-lead 100 (added in session 33)
+#   ARM=lead100at46 --early-prefetch-lead 100 --plan-pcie 46GB/s (added in session 33)
 # COUNT=N recomputes N of 32 layers instead of 16.
 set -uo pipefail
 start=$SECONDS
@@ -23,6 +24,7 @@ extra=()
 [ "$arm" = reltrack ] && extra=(--release-tracking on)
 [ "$arm" = latency500 ] && extra=(--plan-latency 500us)
 [ "$arm" = lead100 ] && extra=(--early-prefetch-lead 100)
+[ "$arm" = lead100at46 ] && extra=(--early-prefetch-lead 100 --plan-pcie 46GB/s)
 count=${COUNT:-16}
 left=$((570 - (SECONDS - start)))
 TERAIO_LOG_LEVEL=debug PYTHONUNBUFFERED=1 PYTHONPATH=python timeout "$left" python3 bench/train_llm.py --workload W3 --budget 79GiB \
