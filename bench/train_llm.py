@@ -35,6 +35,7 @@ import datetime
 import functools
 import importlib.util
 import json
+import math
 import os
 import pathlib
 import platform
@@ -239,7 +240,7 @@ def parse_args(argv):
         p.error(f"unknown mode(s) {', '.join(unknown)}; known: {', '.join(MODES)}")
     if args.steps < 1 or args.warmup < 0 or args.profile_steps < 1 or args.recompute_trials < 1 \
             or args.recompute_measure < 0 or args.retime < 0 or (args.stall_rounds or 0) < 0 \
-            or (args.early_prefetch_lead or 0) < 0:
+            or not math.isfinite(args.early_prefetch_lead or 0) or (args.early_prefetch_lead or 0) < 0:
         p.error("--steps, --profile-steps and --recompute-trials must be at least 1, "
                 "--warmup, --recompute-measure, --retime, --stall-rounds and --early-prefetch-lead at least 0")
     try:

@@ -76,7 +76,8 @@ std::string prefer_numa_node(void* addr, std::size_t bytes, int node) {
   return {};
 }
 
-std::vector<int> sample_page_nodes(const void* addr, std::size_t bytes, std::size_t samples) {
+std::optional<std::vector<int>> sample_page_nodes(const void* addr, std::size_t bytes, std::size_t samples,
+                                                  std::string* why) {
   const std::size_t pages = bytes / kPageSize;
   samples = std::min(samples, pages);
   std::vector<void*> where(samples);
@@ -86,16 +87,25 @@ std::vector<int> sample_page_nodes(const void* addr, std::size_t bytes, std::siz
   }
   std::vector<int> nodes(samples, -1);
   if (samples > 0 && syscall(SYS_move_pages, 0, samples, where.data(), nullptr, nodes.data(), 0) != 0) {
-    std::fill(nodes.begin(), nodes.end(), -1);
+    if (why != nullptr) *why = cat("move_pages: ", std::strerror(errno));
+    return std::nullopt;
   }
   // A page not faulted in reports -ENOENT, one that cannot be queried another -errno.
   for (int& node : nodes) node = std::max(node, -1);
   return nodes;
 }
 
+bool process_sets_memory_policy() {
+  int mode = MPOL_DEFAULT;
+  return syscall(SYS_get_mempolicy, &mode, nullptr, 0, nullptr, 0) == 0 && mode != MPOL_DEFAULT;
+}
+
 std::string NumaPlacement::describe(const void* addr, std::size_t bytes) const {
   std::string text = preferred ? cat("NUMA node ", *preferred, " preferred (", why, ")") : cat("NUMA: ", why);
-  const std::vector<int> nodes = sample_page_nodes(addr, bytes, 64);
+  std::string refused;
+  const std::optional<std::vector<int>> sampled = sample_page_nodes(addr, bytes, 64, &refused);
+  if (!sampled) return cat(text, "; page nodes unknown (", refused, ")");
+  const std::vector<int>& nodes = *sampled;
   std::map<int, std::size_t> count;
   for (const int node : nodes) ++count[node];
   if (nodes.empty()) return text;
@@ -111,6 +121,9 @@ NumaPlacement place_near(void* addr, std::size_t bytes, std::optional<int> devic
   const int nodes = online_numa_nodes(sys);
   if (nodes <= 1) return {std::nullopt, "one node"};
   if (!device_node) return {std::nullopt, cat(nodes, " nodes, the device's unknown: left to first touch")};
+  // A policy the user chose (numactl) outranks ours: a range's own policy would override it.
+  if (process_sets_memory_policy())
+    return {std::nullopt, cat(nodes, " nodes: left to the process's memory policy")};
   if (const std::string refused = prefer_numa_node(addr, bytes, *device_node); !refused.empty()) {
     return {std::nullopt, cat(nodes, " nodes; the device's node ", *device_node, " refused (", refused,
                               "): left to first touch")};

@@ -525,9 +525,10 @@ std::uint64_t Session::enter_resident(const std::vector<at::Tensor>& tensors) {
     remove_dead();
     executor_->set_mode(runtime::Mode::kPassive);
     const std::vector<TensorId> ids = tracked_ids(tensors);
-    executor_->fetch(ids);
-    // The next planned step starts with these on the device wherever the plan has them away.
+    // The next planned step starts with these on the device wherever the plan has them away
+    // (before the fetch: one that fails part-way has brought some back).
     position_due_ = true;
+    executor_->fetch(ids);
     // resident() is for code that reads or writes storage directly, which the session cannot
     // see: the copies kept of these tensors may be stale when it ends.
     executor_->written(ids);

@@ -1,3 +1,4 @@
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -63,7 +64,7 @@ int run_plan(const std::vector<std::string>& raw_args) {
   plan::PlannerOptions po;
   po.early_prefetch = !opts.flag("no-early-prefetch");
   po.early_prefetch_lead = opts.number("early-prefetch-lead");
-  if (!(po.early_prefetch_lead >= 0))
+  if (!std::isfinite(po.early_prefetch_lead) || po.early_prefetch_lead < 0)
     throw Error(ErrorKind::kInvalidArgument, "--early-prefetch-lead must be a number >= 0");
   po.credit_over_budget_only = opts.flag("over-budget-credit");
   po.diagnosis_probes = static_cast<int>(opts.integer("probes"));

@@ -26,8 +26,14 @@ int online_numa_nodes(const std::filesystem::path& sys = "/sys");
 std::string prefer_numa_node(void* addr, std::size_t bytes, int node);
 
 // The nodes of `samples` pages spread evenly over [addr, addr + bytes), moving none
-// (move_pages without targets); -1 for a page not faulted in or a failed query.
-std::vector<int> sample_page_nodes(const void* addr, std::size_t bytes, std::size_t samples);
+// (move_pages without targets); -1 for a page not faulted in. nullopt where the kernel refuses
+// the query (containers may, without CAP_SYS_NICE), with its errno text in *why.
+std::optional<std::vector<int>> sample_page_nodes(const void* addr, std::size_t bytes, std::size_t samples,
+                                                  std::string* why = nullptr);
+
+// Whether the calling thread runs under a memory policy of its own (numactl --membind,
+// --interleave, ...): the host tier then leaves its pages to it.
+bool process_sets_memory_policy();
 
 // What a pinned region's placement was and where its pages are: one line for the report.
 struct NumaPlacement {
