@@ -170,8 +170,6 @@ def table_heading(table):
     return "\n".join(lines)
 
 
-
-
 def plot_dir(out, mode_order=()):
     """One group of bars per table (workload and budget) in `out`: share of ideal per mode, the modes
     in `mode_order` first."""

@@ -106,9 +106,9 @@ std::string NumaPlacement::describe(const void* addr, std::size_t bytes) const {
   const std::optional<std::vector<int>> sampled = sample_page_nodes(addr, bytes, 64, &refused);
   if (!sampled) return cat(text, "; page nodes unknown (", refused, ")");
   const std::vector<int>& nodes = *sampled;
+  if (nodes.empty()) return text;
   std::map<int, std::size_t> count;
   for (const int node : nodes) ++count[node];
-  if (nodes.empty()) return text;
   std::string spread;
   for (const auto& [node, n] : count) {
     spread += cat(spread.empty() ? "" : ", ", n, node < 0 ? " not placed" : cat(" on node ", node));

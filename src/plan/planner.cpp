@@ -270,6 +270,10 @@ PlanResult make_plan(const trace::Trace& trace, const Hardware& hardware, const 
                 cat("the stall search needs stall_rounds >= 0 and stall_patience >= 1 (got ",
                     options.stall_rounds, " and ", options.stall_patience, ")"));
   }
+  if (!std::isfinite(options.early_prefetch_lead) || options.early_prefetch_lead < 0) {
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("early_prefetch_lead must be a number >= 0 (got ", options.early_prefetch_lead, ")"));
+  }
   const Prepared prep = prepare(trace);
   std::vector<std::int64_t> demand_after;
   PlanResult result = plan_once(prep, hardware, options, &demand_after);

@@ -86,7 +86,14 @@ TEST(Numa, SeveralNodesWithoutTheDevicesNodeAreSaidSo) {
 
 // The kernel's own mask of nodes, as mbind and get_mempolicy take it (nodes 0-1023).
 using NodeMask = std::array<unsigned long, 16>;
-constexpr unsigned long kMaskNodes = 16 * sizeof(unsigned long) * CHAR_BIT;
+constexpr std::size_t kLongBits = sizeof(unsigned long) * CHAR_BIT;
+constexpr unsigned long kMaskNodes = 16 * kLongBits;
+
+NodeMask mask_of(int node) {
+  NodeMask mask{};
+  mask[static_cast<std::size_t>(node) / kLongBits] = 1ul << (static_cast<std::size_t>(node) % kLongBits);
+  return mask;
+}
 
 // The first node this process may take memory from (a container may leave node 0 out).
 std::optional<int> first_allowed_node() {
@@ -94,9 +101,7 @@ std::optional<int> first_allowed_node() {
   if (syscall(SYS_get_mempolicy, nullptr, allowed.data(), kMaskNodes + 1, nullptr, MPOL_F_MEMS_ALLOWED) != 0)
     return std::nullopt;
   for (unsigned long node = 0; node < kMaskNodes; ++node) {
-    if (allowed[node / (sizeof(unsigned long) * CHAR_BIT)] >> (node % (sizeof(unsigned long) * CHAR_BIT)) &
-        1ul)
-      return static_cast<int>(node);
+    if (allowed[node / kLongBits] >> (node % kLongBits) & 1ul) return static_cast<int>(node);
   }
   return std::nullopt;
 }
@@ -120,10 +125,7 @@ TEST(Numa, TheDevicesNodeIsPreferredAndThePagesLandThere) {
   NodeMask mask{};
   ASSERT_EQ(syscall(SYS_get_mempolicy, &mode, mask.data(), kMaskNodes + 1, m.data(), MPOL_F_ADDR), 0);
   EXPECT_EQ(mode, MPOL_PREFERRED);
-  NodeMask expected{};
-  expected[static_cast<std::size_t>(*node) / (sizeof(unsigned long) * CHAR_BIT)] =
-      1ul << (static_cast<std::size_t>(*node) % (sizeof(unsigned long) * CHAR_BIT));
-  EXPECT_EQ(mask, expected);
+  EXPECT_EQ(mask, mask_of(*node));
   std::string refused;
   if (!sample_page_nodes(m.data(), m.bytes(), 64, &refused)) GTEST_SKIP() << refused;
   EXPECT_NE(placement.describe(m.data(), m.bytes()).find("64 not placed"), std::string::npos)
@@ -138,9 +140,7 @@ TEST(Numa, AMemoryPolicyOfTheProcessIsLeftAlone) {
   // numactl --preferred=N, as it were: the thread's own policy outranks the device's node.
   const std::optional<int> node = first_allowed_node();
   ASSERT_TRUE(node);
-  NodeMask mask{};
-  mask[0] = 1ul << *node;
-  if (*node >= static_cast<int>(sizeof(unsigned long) * CHAR_BIT)) GTEST_SKIP() << "node " << *node;
+  const NodeMask mask = mask_of(*node);
   if (syscall(SYS_set_mempolicy, MPOL_PREFERRED, mask.data(), kMaskNodes + 1) != 0)
     GTEST_SKIP() << "set_mempolicy: " << std::strerror(errno);
   Mapping m(16 * kPageSize);

@@ -1,6 +1,8 @@
 // Hand-made traces where the right plan can be worked out on paper.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "planner_test_util.hpp"
 #include "teraio/core/error.hpp"
 #include "teraio/plan/plan_io.hpp"
@@ -85,6 +87,17 @@ TEST(Planner, EarlyPrefetchMovesThePrefetchEarlierWithinBudget) {
   const testing::CheckResult check = check_plan(t, r.plan);
   EXPECT_TRUE(check.violations.empty());
   EXPECT_LE(check.peak, 100u);
+  // A lead that is not a number of transfer times is the caller's error.
+  for (const double lead : {-1.0, std::nan("")}) {
+    PlannerOptions bad;
+    bad.early_prefetch_lead = lead;
+    try {
+      make_plan(t, uniform_hardware(100, 100), bad);
+      ADD_FAILURE() << "lead " << lead << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    }
+  }
 }
 
 TEST(Planner, FallsBackToHostWhenTheSsdIsTooSlow) {

@@ -44,7 +44,7 @@ int run_plan(const std::vector<std::string>& raw_args) {
   opts.add("probes", "planner runs the infeasibility diagnosis may spend", "6");
   opts.add_flag("no-early-prefetch", "skip the pass that moves prefetches earlier");
   opts.add("early-prefetch-lead", "how far earlier that pass may move a prefetch, in its own transfer times",
-           "3");
+           cat(plan::PlannerOptions{}.early_prefetch_lead));
   opts.add_flag("over-budget-credit", "credit a migration only with the over-budget bytes it removes");
   add_stall_options(opts);
   add_hardware_options(opts);

@@ -5,7 +5,7 @@
 # the default plan margin (64 MiB) and position_for_plan().
 set -uo pipefail
 start=$SECONDS
-out=${OUT:-$PWD/out}; runs=/var/tmp/teraio/s32c1
+out=${OUT:-$PWD/out}; runs=${RUNS:-/var/tmp/teraio/s32c1}
 . scripts/gpu/native-module.sh
 ensure_native_module "$out"; echo "built ($((SECONDS - start)) s)"
 [ -x build/gpu/tools/teraio/teraio ] || ninja -C build/gpu teraio >/dev/null
