@@ -260,7 +260,10 @@ void Session::open_hole(OpIndex k) {
 }
 
 std::uint64_t Session::expected_births(OpIndex k) const {
-  if (k < births_previous_.bytes.size() && same_operator_last_step(k)) return births_previous_.bytes[k];
+  // The record ends at the previous step's last operator that created a storage: the same
+  // operator past it created nothing (W3's optimizer step). Only an operator the previous step
+  // did not run here gets the largest birth seen as a guess.
+  if (same_operator_last_step(k)) return k < births_previous_.bytes.size() ? births_previous_.bytes[k] : 0;
   return largest_birth_;
 }
 

@@ -47,9 +47,13 @@ def test_a_fetch_reuses_the_block_an_eviction_freed_and_stays_exact(device):
     fetches = [s["demand_fetches"] for s in reused_steps]
     assert [s["demand_fetches"] for s in plain_steps] == fetches
     assert sum(fetches) > 0
-    # Every demand fetch but a step's first (no product yet: there is room) evicted a tensor of
-    # its size in the same call and took its block.
-    assert [s["blocks_reused"] for s in reused_steps] == [max(f - 1, 0) for f in fetches], reused_steps
+    # Every demand fetch of a planned step evicted a tensor of its size in the same call and took
+    # its block. (Before session 34 a step's first fetch found room: the step before had evicted
+    # for a phantom output at its last operator, test_session_births.py.) An earlier step's first
+    # fetch may find room the step before left.
+    planned = [s for s in reused_steps if s["phase"] == "planned"]
+    assert planned and all(s["blocks_reused"] == s["demand_fetches"] > 0 for s in planned), reused_steps
+    assert all(s["blocks_reused"] <= s["demand_fetches"] for s in reused_steps), reused_steps
     assert all(s["blocks_reused"] == 0 for s in plain_steps)
 
 
