@@ -1,15 +1,19 @@
-// Micro-benchmarks of the storage engine's host side: the extent allocator under churn, and
-// tier store throughput (host tier; SSD tier on temporary directories under /tmp or
-// TERAIO_BENCH_DIR) for each backend, with host and "device" (bounce path) memory.
+// Micro-benchmarks of the storage engine's host side: the extent allocator under churn, tier
+// store throughput (host tier; SSD tier on temporary directories under /tmp or
+// TERAIO_BENCH_DIR) for each backend, with host and "device" (bounce path) memory, and the
+// pause of a polling thread under the kernel's timer slack and the one TeraIO sets.
 #include <benchmark/benchmark.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "teraio/core/timer_slack.hpp"
 #include "teraio/core/units.hpp"
 #include "teraio/io/extent_allocator.hpp"
 #include "teraio/io/tier_store.hpp"
@@ -106,6 +110,19 @@ BENCHMARK(BM_TierStore)
     ->Args({1, 1, 1, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// The 5 us pause of the copier's dispatchers (io/copy_lane_cuda) as the thread sleeps it: with
+// the slack the thread has (50 us: the kernel's default) and with kPollingTimerSlack. Real time
+// per iteration is the pause.
+void BM_PollingPause(benchmark::State& state) {
+  const auto before = timer_slack();
+  if (state.range(0) == 1 && !set_timer_slack(kPollingTimerSlack))
+    state.SkipWithError("cannot set the timer slack");
+  for (auto _ : state) std::this_thread::sleep_for(std::chrono::microseconds(5));
+  if (before) set_timer_slack(*before);
+  state.SetLabel(state.range(0) == 1 ? "1 us slack" : "the thread's slack");
+}
+BENCHMARK(BM_PollingPause)->ArgName("fine")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 }  // namespace teraio::io

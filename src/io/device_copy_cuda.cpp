@@ -12,6 +12,7 @@
 #include "teraio/core/error.hpp"
 #include "teraio/core/log.hpp"
 #include "teraio/core/strings.hpp"
+#include "teraio/core/timer_slack.hpp"
 #include "teraio/core/units.hpp"
 #include "teraio/io/device_copy.hpp"
 #include "teraio/io/numa.hpp"
@@ -56,7 +57,8 @@ class CudaCopier final : public DeviceCopier {
     if (order != CopyOrder::kDeadline) return;
     lanes_[0] = std::make_shared<CopyLane>(device, cudaMemcpyDeviceToHost, events_);
     lanes_[1] = std::make_shared<CopyLane>(device, cudaMemcpyHostToDevice, events_);
-    order_note_ = cat("deadline order (", format_bytes(CopyLane::kChunkBytes), " chunks)");
+    order_note_ = cat("deadline order (", format_bytes(CopyLane::kChunkBytes),
+                      " chunks; dispatchers poll with ", describe_polling_timer_slack(), ")");
   }
 
   std::string name() const override { return cat("cuda:", device_); }

@@ -9,10 +9,14 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "io_test_support.hpp"
 #include "teraio/core/error.hpp"
+#include "teraio/core/timer_slack.hpp"
 #include "teraio/core/units.hpp"
 #include "teraio/io/device_copy.hpp"
 
@@ -152,6 +156,16 @@ TEST(CudaCopier, DeadlineOrderLetsANearDeadlineOvertakeAFarOne) {
 // The dispatcher's account of each direction: every byte it put on the stream, and its time
 // split into busy, waiting and idle, adding up to the time between two takes. A 512 MiB copy
 // at PCIe speed keeps the lane busy for about 10 ms; nothing happens to the other direction.
+// Each lane's dispatcher polls every few microseconds only with a small timer slack: with the
+// kernel's default (50 us) each look would come ~60 us late (core/timer_slack).
+TEST(CudaCopier, DeadlineLanesPollWithTheFineTimerSlack) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  auto copier = make_cuda_copier(0, CopyOrder::kDeadline);
+  const std::set<std::string> lanes{"teraio-lane-d2h", "teraio-lane-h2d"};
+  if (!polling_timer_slack()) GTEST_SKIP() << "TERAIO_POLL_SLACK=kernel leaves the slack alone";
+  EXPECT_EQ(testing::threads_with_timer_slack(lanes, *polling_timer_slack()), lanes);
+}
+
 TEST(CudaCopier, LinkActivityAccountsForEveryByteAndTheWholeTime) {
   if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
   constexpr std::size_t n = 512 * kMiB;

@@ -16,6 +16,7 @@
 
 #include "io_test_support.hpp"
 #include "teraio/core/error.hpp"
+#include "teraio/core/timer_slack.hpp"
 
 namespace teraio::io {
 namespace {
@@ -234,6 +235,20 @@ TEST(TierStore, ReportNamesBackendAndCuFileState) {
   const std::string text = format_report(report);
   EXPECT_NE(text.find(report.paths.at(0).path), std::string::npos);
   EXPECT_NE(text.find("O_DIRECT"), std::string::npos);
+}
+
+// The watchers poll a CUDA copier's copies every ~20 us; with the kernel's default timer slack
+// each pause would last ~70 us (core/timer_slack).
+TEST(TierStore, WatchersPollWithTheFineTimerSlack) {
+#if defined(__linux__)
+  auto copier = make_host_copier();
+  TierStore store(*copier, small_config({}, BackendChoice::kAuto));
+  const std::set<std::string> watchers{"teraio-wait-d2h", "teraio-wait-h2d"};
+  if (!polling_timer_slack()) GTEST_SKIP() << "TERAIO_POLL_SLACK=kernel leaves the slack alone";
+  EXPECT_EQ(testing::threads_with_timer_slack(watchers, *polling_timer_slack()), watchers);
+#else
+  GTEST_SKIP() << "thread names and timer slack are read from /proc";
+#endif
 }
 
 TEST(TierStore, UringRegistersTheBouncePool) {

@@ -4,7 +4,9 @@
 #   MODULE=new|old  new: this checkout's module (built here if missing); old: session 34's
 #                   module from before the fix, .deps/native-810ce10 (built on the GPU machine;
 #                   the Python files are the same), run from a scratch copy of python/
-#   ARM=default|lead100   WORKLOAD=W3|W2   (W3: 16 of 32 recomputed; W2: 16 GiB, 8 of 8)
+#   ARM=default|lead100|slack-kernel   WORKLOAD=W3|W2   (W3: 16 of 32 recomputed; W2: 16 GiB, 8 of 8)
+#   slack-kernel: TERAIO_POLL_SLACK=kernel, the polling threads' timer slack as before session 34's
+#   change (the kernel's 50 us); the copier line of the engine report says which ran
 # Writes 3 files under $OUT (the tool brings back at most 8).
 set -uo pipefail
 start=$SECONDS
@@ -18,6 +20,7 @@ if [ "$module" = old ]; then
 fi
 PYTHONPATH=$pypath python3 -c "import teraio._native as n; print('module:', n.__file__)" || exit 1
 extra=(); [ "$arm" = lead100 ] && extra=(--early-prefetch-lead 100)
+slack=; [ "$arm" = slack-kernel ] && slack=kernel
 name=$workload-$module-$arm; runs=/var/tmp/teraio/next-$name
 if [ "$workload" = W3 ]; then
   args=(--workload W3 --budget 79GiB --modes teraio-recompute --recompute-counts 16 --recompute-measure 0 --warmup 1
@@ -27,10 +30,11 @@ else
         --steps 3 --host-budget 48GiB --allocator paged); file=W2-16GiB
 fi
 left=$((570 - (SECONDS - start)))
-TERAIO_LOG_LEVEL=debug PYTHONUNBUFFERED=1 PYTHONPATH=$pypath timeout "$left" python3 bench/train_llm.py "${args[@]}" \
+TERAIO_POLL_SLACK=$slack TERAIO_LOG_LEVEL=debug PYTHONUNBUFFERED=1 PYTHONPATH=$pypath timeout "$left" python3 bench/train_llm.py "${args[@]}" \
   "${extra[@]}" --child-timeout "$((left - 5))" --out "$runs" >"$out/$name.log" 2>&1
 echo "$name: status $? ($((SECONDS - start)) s)"; grep -E "^\| teraio" "$runs/$file.md"
 echo "evictions: $(grep -c 'evict tensor' "$out/$name.log"), demand fetches: $(grep -c 'demand fetch' "$out/$name.log") (all steps)"
+ grep -oE "copier [^,]*" "$runs/$file.json" | head -1
 grep -E "step .*measured" "$out/$name.log" | sed -E 's/ callbacks.*link:/ link:/' | cut -c1-300
 cp "$runs/$file.md" "$out/$name.md"; cp "$runs/$file.json" "$out/$name.json"; xz -T0 "$out/$name.log"
 echo "total $((SECONDS - start)) s"
