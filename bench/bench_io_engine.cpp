@@ -111,18 +111,26 @@ BENCHMARK(BM_TierStore)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// The 5 us pause of the copier's dispatchers (io/copy_lane_cuda) as the thread sleeps it: with
-// the slack the thread has (50 us: the kernel's default) and with kPollingTimerSlack. Real time
-// per iteration is the pause.
+// The pauses of the polling threads as they sleep them: 5 us (the copier's dispatchers,
+// io/copy_lane_cuda) and 20 us (the tier store's watchers), with the slack the thread has (the
+// kernel's default: 50 us) and with kPollingTimerSlack. Real time per iteration is the pause.
 void BM_PollingPause(benchmark::State& state) {
+  const auto pause = std::chrono::microseconds(state.range(0));
+  const bool fine = state.range(1) == 1;
   const auto before = timer_slack();
-  if (state.range(0) == 1 && !set_timer_slack(kPollingTimerSlack))
-    state.SkipWithError("cannot set the timer slack");
-  for (auto _ : state) std::this_thread::sleep_for(std::chrono::microseconds(5));
+  if (fine && !set_timer_slack(kPollingTimerSlack)) state.SkipWithError("cannot set the timer slack");
+  for (auto _ : state) std::this_thread::sleep_for(pause);
   if (before) set_timer_slack(*before);
-  state.SetLabel(state.range(0) == 1 ? "1 us slack" : "the thread's slack");
+  state.SetLabel(fine ? "1 us slack" : "the thread's slack");
 }
-BENCHMARK(BM_PollingPause)->ArgName("fine")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_PollingPause)
+    ->ArgNames({"pause_us", "fine"})
+    ->Args({5, 0})
+    ->Args({5, 1})
+    ->Args({20, 0})
+    ->Args({20, 1})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace teraio::io

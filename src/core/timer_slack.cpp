@@ -15,6 +15,14 @@
 
 namespace teraio {
 
+namespace {
+
+std::string format_slack(std::int64_t ns) {
+  return format_duration(static_cast<double>(ns) * 1e-9);
+}
+
+}  // namespace
+
 bool set_timer_slack(std::chrono::nanoseconds slack) {
 #if defined(__linux__)
   // 0 would mean "the thread's default slack" to the kernel, not "none".
@@ -28,6 +36,7 @@ bool set_timer_slack(std::chrono::nanoseconds slack) {
 
 std::optional<std::chrono::nanoseconds> timer_slack() {
 #if defined(__linux__)
+  // prctl returns an int: a slack above ~2.1 s would not fit, and none here is near that.
   const int ns = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
   if (ns >= 0) return std::chrono::nanoseconds(ns);
 #endif
@@ -59,24 +68,49 @@ std::optional<std::chrono::nanoseconds> polling_timer_slack() {
     try {
       return parse_polling_timer_slack(std::getenv("TERAIO_POLL_SLACK"));
     } catch (const Error& e) {
-      log::warn(e.what(), "; using ",
-                format_duration(std::chrono::duration<double>(kPollingTimerSlack).count()));
+      log::warn(e.what(), "; using ", format_slack(kPollingTimerSlack.count()));
       return std::optional<std::chrono::nanoseconds>(kPollingTimerSlack);
     }
   }();
   return slack;
 }
 
-std::string describe_polling_timer_slack() {
-  const auto slack = polling_timer_slack();
-  if (!slack) return "the kernel's timer slack";
-  return cat(format_duration(std::chrono::duration<double>(*slack).count()), " timer slack");
+void PollingSlack::start() {
+  if (const auto slack = polling_timer_slack(); slack && !set_timer_slack(*slack)) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      log::warn(
+          "cannot set the timer slack of TeraIO's polling threads: their pauses may last longer than asked");
+    }
+  }
+  if (const auto now = timer_slack()) {
+    const std::int64_t ns = now->count();
+    std::int64_t least = least_ns_.load();
+    while (ns < least && !least_ns_.compare_exchange_weak(least, ns)) {
+    }
+    std::int64_t most = most_ns_.load();
+    while (ns > most && !most_ns_.compare_exchange_weak(most, ns)) {
+    }
+  } else {
+    unknown_ = true;
+  }
+  ++started_;
 }
 
-void use_polling_timer_slack(std::string_view thread) {
-  const auto slack = polling_timer_slack();
-  if (slack && !set_timer_slack(*slack))
-    log::warn(thread, ": cannot set the timer slack of a polling thread");
+std::optional<std::chrono::nanoseconds> PollingSlack::common() const {
+  const std::int64_t least = least_ns_.load();
+  const std::int64_t most = most_ns_.load();
+  if (started_.load() == 0 || unknown_.load() || most == kUnknown || least != most) return std::nullopt;
+  return std::chrono::nanoseconds(least);
+}
+
+std::string PollingSlack::describe() const {
+  if (started_.load() == 0) return "timer slack not yet known (threads starting)";
+  const std::int64_t least = least_ns_.load();
+  const std::int64_t most = most_ns_.load();
+  if (unknown_.load() || most == kUnknown) return "timer slack unknown";
+  if (least == most) return cat(format_slack(least), " timer slack");
+  return cat("timer slack ", format_slack(least), " to ", format_slack(most));
 }
 
 }  // namespace teraio

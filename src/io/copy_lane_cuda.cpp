@@ -4,7 +4,6 @@
 
 #include "teraio/core/strings.hpp"
 #include "teraio/core/thread_name.hpp"
-#include "teraio/core/timer_slack.hpp"
 
 namespace teraio::io::cuda_detail {
 
@@ -205,7 +204,7 @@ LinkActivity CopyLane::take_activity() {
 void CopyLane::run() {
   if (cudaSetDevice(device_) != cudaSuccess) log::warn("copy lane: cudaSetDevice(", device_, ") failed");
   // The loop below looks every few microseconds only with a small timer slack (core/timer_slack).
-  use_polling_timer_slack("copy lane");
+  slack_.start();
   const auto ready = [this](CopySchedule::Id id) { return scheduled_.at(id)->marker <= passed_marker_; };
   std::unique_lock lock(mutex_);
   for (;;) {
@@ -225,8 +224,8 @@ void CopyLane::run() {
       continue;
     }
     // Chunks run or copies wait for the compute stream: look again shortly. A chunk takes
-    // ~160 us, so polling every few microseconds (~9 us with the slack set in run()) keeps the
-    // link busy at little cost.
+    // ~160 us, so polling every few microseconds (~10 us with the slack set in run(),
+    // BM_PollingPause) keeps the link busy at little cost.
     lock.unlock();
     std::this_thread::sleep_for(std::chrono::microseconds(5));
     lock.lock();

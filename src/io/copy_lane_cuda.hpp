@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "cuda_support.hpp"
+#include "teraio/core/timer_slack.hpp"
 #include "teraio/io/copy_schedule.hpp"
 #include "teraio/io/device_copy.hpp"
 
@@ -49,6 +50,8 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   void wait_for(cudaStream_t compute);
   // What the lane did since the last call (DeviceCopier::take_link_activity).
   LinkActivity take_activity();
+  // The dispatcher's timer slack as it read it back (core/timer_slack).
+  const PollingSlack& polling_slack() const { return slack_; }
 
  private:
   struct Copy {
@@ -108,6 +111,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   bool stopping_ = false;
   LinkActivity activity_;
   std::chrono::steady_clock::time_point marked_ = std::chrono::steady_clock::now();
+  PollingSlack slack_;
   std::thread dispatcher_;
 };
 

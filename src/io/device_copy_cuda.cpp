@@ -12,7 +12,6 @@
 #include "teraio/core/error.hpp"
 #include "teraio/core/log.hpp"
 #include "teraio/core/strings.hpp"
-#include "teraio/core/timer_slack.hpp"
 #include "teraio/core/units.hpp"
 #include "teraio/io/device_copy.hpp"
 #include "teraio/io/numa.hpp"
@@ -57,8 +56,6 @@ class CudaCopier final : public DeviceCopier {
     if (order != CopyOrder::kDeadline) return;
     lanes_[0] = std::make_shared<CopyLane>(device, cudaMemcpyDeviceToHost, events_);
     lanes_[1] = std::make_shared<CopyLane>(device, cudaMemcpyHostToDevice, events_);
-    order_note_ = cat("deadline order (", format_bytes(CopyLane::kChunkBytes),
-                      " chunks; dispatchers poll with ", describe_polling_timer_slack(), ")");
   }
 
   std::string name() const override { return cat("cuda:", device_); }
@@ -71,7 +68,14 @@ class CudaCopier final : public DeviceCopier {
     }
     return pci_device_numa_node(bus_id);
   }
-  std::string order() const override { return order_note_; }
+  std::string order() const override {
+    if (!lanes_[0]) return "issue order";
+    // As the dispatchers read their slack back: what runs, not what was asked.
+    const std::string to_host = lanes_[0]->polling_slack().describe();
+    const std::string to_device = lanes_[1]->polling_slack().describe();
+    return cat("deadline order (", format_bytes(CopyLane::kChunkBytes), " chunks; dispatchers poll with ",
+               to_host == to_device ? to_host : cat(to_host, " (to host), ", to_device, " (to device)"), ")");
+  }
   bool completes_in_order() const override { return !lanes_[0]; }
   std::optional<LinkActivities> take_link_activity() override {
     if (!lanes_[0]) return std::nullopt;
@@ -162,7 +166,6 @@ class CudaCopier final : public DeviceCopier {
   Stream to_device_;
   std::mutex to_host_mutex_;
   std::mutex to_device_mutex_;
-  std::string order_note_ = "issue order";
   // Deadline order: {device->host, host->device}; empty in issue order.
   std::shared_ptr<CopyLane> lanes_[2];
 };

@@ -15,6 +15,8 @@ TierStoreReport TierStore::report() const {
   out.host_bytes_written = host_bytes_written_;
   out.host_bytes_read = host_bytes_read_;
   out.host_numa = host_->numa();
+  out.watchers_poll = !copier_.completes_in_order();
+  out.watcher_slack = watcher_slack_.describe();
   out.stripe_unit = config_.stripe_unit;
   out.chunk_bytes = config_.chunk_bytes;
   out.checksums = config_.checksums;
@@ -41,10 +43,11 @@ TierStoreReport TierStore::report() const {
 }
 
 std::string format_report(const TierStoreReport& report) {
-  std::string text = cat("tier store (copier ", report.copier,
-                         report.copy_order.empty() ? "" : cat(" in ", report.copy_order), ", chunk ",
-                         format_bytes(report.chunk_bytes), ", stripe unit ", format_bytes(report.stripe_unit),
-                         ", checksums ", report.checksums ? "on" : "off", ")\n");
+  std::string text = cat(
+      "tier store (copier ", report.copier, report.copy_order.empty() ? "" : cat(" in ", report.copy_order),
+      ", chunk ", format_bytes(report.chunk_bytes), ", stripe unit ", format_bytes(report.stripe_unit),
+      ", checksums ", report.checksums ? "on" : "off",
+      report.watchers_poll ? cat(", watchers poll with ", report.watcher_slack) : "", ")\n");
   text += cat("  host tier: ", format_bytes(report.host_used), " of ", format_bytes(report.host_capacity),
               " used, ", format_bytes(report.host_bytes_written), " written, ",
               format_bytes(report.host_bytes_read), " read",

@@ -13,7 +13,6 @@
 #include "teraio/core/log.hpp"
 #include "teraio/core/strings.hpp"
 #include "teraio/core/thread_name.hpp"
-#include "teraio/core/timer_slack.hpp"
 
 namespace teraio::io {
 
@@ -87,9 +86,9 @@ TierStore::TierStore(DeviceCopier& copier, EngineConfig config)
     const bool to_host = watch == &to_host_watch_;
     workers_.emplace_back([this, watch, take_any_done, to_host] {
       name_this_thread(to_host ? "teraio-wait-d2h" : "teraio-wait-h2d");
-      // It polls while copies are out of order (run_queue): with the default slack a 20 us
-      // pause would last ~70 us, and each copy done would be reported that much later.
-      use_polling_timer_slack("tier store watcher");
+      // It polls while copies are out of order (run_queue): with the kernel's default slack a
+      // 20 us pause lasts ~75 us (BM_PollingPause), and a copy done is reported that much later.
+      watcher_slack_.start();
       run_queue(*watch, take_any_done);
     });
   }
@@ -351,8 +350,8 @@ void TierStore::run_queue(JobQueue& queue, bool take_any_done) {
         });
       }
       if (next == queue.jobs.end()) {
-        // Copies take ~100 us and up: looking again ~25 us later (with the watchers' slack)
-        // costs nothing they notice.
+        // Copies take ~100 us and up: looking again ~25 us later (with the watchers' slack,
+        // BM_PollingPause) costs nothing they notice.
         lock.unlock();
         std::this_thread::sleep_for(std::chrono::microseconds(20));
         continue;

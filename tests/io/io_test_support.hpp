@@ -8,9 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -71,25 +69,5 @@ class FaultyBackend final : public IoBackend {
   std::atomic<std::uint64_t> submitted_{0};
   std::atomic<std::uint64_t> shortened_{0};
 };
-
-// Which of `names` name threads of this process whose timer slack is `slack` (Linux: each
-// thread's name under /proc/self/task, its slack under /proc/<thread id>). Threads name
-// themselves when they start, so it looks again for up to a second.
-inline std::set<std::string> threads_with_timer_slack(const std::set<std::string>& names,
-                                                      std::chrono::nanoseconds slack) {
-  std::set<std::string> seen;
-  const std::string expected = std::to_string(slack.count());
-  for (int attempt = 0; attempt < 200 && seen.size() < names.size(); ++attempt) {
-    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-      std::string name, value;
-      std::getline(std::ifstream(task.path() / "comm"), name);
-      if (names.count(name) == 0) continue;
-      std::getline(std::ifstream("/proc/" + task.path().filename().string() + "/timerslack_ns"), value);
-      if (value == expected) seen.insert(name);
-    }
-  }
-  return seen;
-}
 
 }  // namespace teraio::io::testing

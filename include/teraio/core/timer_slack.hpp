@@ -1,10 +1,13 @@
 // core/timer_slack: how late the kernel may wake a sleeping thread of TeraIO's. Linux wakes a
 // thread up to its timer slack (50 us by default) after the time it asked for, so a thread that
-// polls the GPU "every 5 us" looks every ~60 us: sleep_for(5 us) took 59 us on the development
-// machine, 8.8 us with a 1 us slack. Each late look starts a copy, or reports one done, that late.
+// polls the GPU "every 5 us" looks every ~60 us (bench_io_engine's BM_PollingPause on the
+// development machine: 59.5 us, 10.5 us with a 1 us slack; a 20 us pause 74.9 and 25.3 us).
+// Each late look starts a copy, or reports one done, that late.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,10 +35,27 @@ std::optional<std::chrono::nanoseconds> parse_polling_timer_slack(const char* te
 // a warning and the default.
 std::optional<std::chrono::nanoseconds> polling_timer_slack();
 
-// "1.00 us timer slack" or "the kernel's timer slack", for the reports.
-std::string describe_polling_timer_slack();
+// The slack a group of polling threads (one component's) runs with, as each thread reads it
+// back itself: what a report states is what took effect, not what was asked.
+class PollingSlack {
+ public:
+  // Called by each polling thread as it starts: sets polling_timer_slack() (warning once per
+  // process if the platform refuses) and records what the thread then has.
+  void start();
+  // "1 us timer slack", "timer slack 1 us to 50 us" (threads differ), "timer slack unknown"
+  // (the platform does not say), or "timer slack not yet known (threads starting)".
+  std::string describe() const;
+  // The slack every started thread read back, if they agree and the platform says.
+  std::optional<std::chrono::nanoseconds> common() const;
+  // Threads that have called start().
+  int started() const { return started_.load(); }
 
-// Called by a polling thread as it starts; warns, naming `thread`, if the slack cannot be set.
-void use_polling_timer_slack(std::string_view thread);
+ private:
+  static constexpr std::int64_t kUnknown = -1;
+  std::atomic<int> started_{0};
+  std::atomic<std::int64_t> least_ns_{INT64_MAX};
+  std::atomic<std::int64_t> most_ns_{kUnknown};
+  std::atomic<bool> unknown_{false};
+};
 
 }  // namespace teraio

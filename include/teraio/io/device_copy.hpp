@@ -78,7 +78,8 @@ class DeviceCopier {
   // "host" or "cuda:N": reported by the engine, never guessed.
   virtual std::string name() const = 0;
   virtual bool is_cuda() const = 0;
-  // The order its copies run in, in words ("issue order", "deadline order (8.0 MiB chunks)").
+  // The order its copies run in, in words ("issue order", "deadline order (8.0 MiB chunks; dispatchers
+  // poll with 1 us timer slack)").
   virtual std::string order() const { return "issue order"; }
   // Whether copies of one direction complete in the order they were issued (so that waiting
   // for them in that order loses no time).

@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "teraio/core/timer_slack.hpp"
 #include "teraio/core/units.hpp"
 #include "teraio/io/device_copy.hpp"
 #include "teraio/io/host_tier.hpp"
@@ -105,7 +106,9 @@ struct TierStoreReport {
   std::uint64_t host_used = 0;
   std::uint64_t host_bytes_written = 0;
   std::uint64_t host_bytes_read = 0;
-  std::string host_numa;  // HostTier::numa(): the node its pages prefer and where they are
+  std::string host_numa;       // HostTier::numa(): the node its pages prefer and where they are
+  bool watchers_poll = false;  // copies complete out of order: the watchers poll for them
+  std::string watcher_slack;   // PollingSlack::describe() of the watchers
   std::uint64_t stripe_unit = 0;
   std::uint64_t chunk_bytes = 0;
   bool checksums = false;
@@ -144,6 +147,9 @@ class TierStore {
 
   TierStoreReport report() const;
   std::vector<ExtentPlacement> placement(const Extent& extent) const;
+  // The watchers' timer slack as they read it back (they poll a copier whose copies complete
+  // out of order).
+  const PollingSlack& watcher_slack() const { return watcher_slack_; }
 
  private:
   struct Record;
@@ -190,6 +196,7 @@ class TierStore {
   // thread waits for each in order (a stream completes its copies in order) and finishes it.
   JobQueue to_host_watch_;
   JobQueue to_device_watch_;
+  PollingSlack watcher_slack_;
   bool closing_ = false;
   std::vector<std::thread> workers_;
 };

@@ -34,7 +34,7 @@ TERAIO_POLL_SLACK=$slack TERAIO_LOG_LEVEL=debug PYTHONUNBUFFERED=1 PYTHONPATH=$p
   "${extra[@]}" --child-timeout "$((left - 5))" --out "$runs" >"$out/$name.log" 2>&1
 echo "$name: status $? ($((SECONDS - start)) s)"; grep -E "^\| teraio" "$runs/$file.md"
 echo "evictions: $(grep -c 'evict tensor' "$out/$name.log"), demand fetches: $(grep -c 'demand fetch' "$out/$name.log") (all steps)"
- grep -oE "copier [^,]*" "$runs/$file.json" | head -1
+grep -oE "copier [^,]*|watchers poll with [^)]*" "$runs/$file.json" | sort -u | head -2
 grep -E "step .*measured" "$out/$name.log" | sed -E 's/ callbacks.*link:/ link:/' | cut -c1-300
 cp "$runs/$file.md" "$out/$name.md"; cp "$runs/$file.json" "$out/$name.json"; xz -T0 "$out/$name.log"
 echo "total $((SECONDS - start)) s"
