@@ -4,7 +4,7 @@
 #   MODULE=new|old  new: this checkout's module (built here if missing); old: session 34's
 #                   module from before the fix, .deps/native-810ce10 (built on the GPU machine;
 #                   the Python files are the same), run from a scratch copy of python/
-#   ARM=default|lead100|slack-kernel   WORKLOAD=W3|W2   (W3: 16 of 32 recomputed; W2: 16 GiB, 8 of 8)
+#   ARM=default|lead100|slack-kernel|slack-10us   WORKLOAD=W3|W2   (W3: 16 of 32 recomputed; W2: 16 GiB, 8 of 8)
 #   slack-kernel: TERAIO_POLL_SLACK=kernel, the polling threads' timer slack as before session 34's
 #   change (the kernel's 50 us); the copier line of the engine report says which ran
 # Writes 3 files under $OUT (the tool brings back at most 8).
@@ -20,7 +20,7 @@ if [ "$module" = old ]; then
 fi
 PYTHONPATH=$pypath python3 -c "import teraio._native as n; print('module:', n.__file__)" || exit 1
 extra=(); [ "$arm" = lead100 ] && extra=(--early-prefetch-lead 100)
-slack=; [ "$arm" = slack-kernel ] && slack=kernel
+slack=${TERAIO_POLL_SLACK:-}; [ "$arm" = slack-kernel ] && slack=kernel; [ "$arm" = slack-10us ] && slack=10us
 name=$workload-$module-$arm; runs=/var/tmp/teraio/next-$name
 if [ "$workload" = W3 ]; then
   args=(--workload W3 --budget 79GiB --modes teraio-recompute --recompute-counts 16 --recompute-measure 0 --warmup 1
