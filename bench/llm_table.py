@@ -120,6 +120,9 @@ def table_notes(table):
             lead = f"; prefetches moved up to {plan['early_prefetch_lead']:g} transfer times earlier" \
                 if plan.get("early_prefetch_lead") is not None else ""
             notes.append(f"- {name}: planned for {plan['hardware']}{margin}{lead}{rounds}")
+        if engine := ((entry.get("teraio") or {}).get("backends") or "").splitlines():
+            # What ran: the copier, its order and its polling threads' timer slack, as the engine says.
+            notes.append(f"- {name}: {engine[0]}")
         if plan.get("retimed_steps"):
             notes.append(f"- {name}: planned again on the operator times of {plan['retimed_steps']} planned step(s): "
                          f"operators {plan['profiled_step_s_before_retime']:.3f} s -> {plan['profiled_step_s']:.3f} s, "

@@ -137,6 +137,8 @@ def test_pcie_duplex_plan_latency_margin_and_lead_reach_the_planner_and_the_tabl
     assert entry["summary"]["exact"] is True
     assert "both at once 1.50 GB/s" in entry["teraio"]["plan"]["hardware"], entry["teraio"]["plan"]
     assert "teraio-ssd: planned for " in done.stdout and "both at once 1.50 GB/s" in done.stdout
+    # The engine's first line, as it ran (on the CPU: the host copier, in issue order).
+    assert "teraio-ssd: tier store (copier host" in done.stdout
     assert "2.00 ms a request" in entry["teraio"]["plan"]["hardware"], entry["teraio"]["plan"]
     assert entry["teraio"]["plan"]["plan_margin_bytes"] == 128 << 10
     assert "0.125 MiB kept free below the budget" in done.stdout
