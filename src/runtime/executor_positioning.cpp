@@ -35,22 +35,41 @@ void Executor::State::position_for_plan() {
   std::unordered_set<TensorId> away;
   for (const plan::Migration& m : away_at_start) away.insert(m.tensor);
   std::vector<std::pair<std::uint64_t, TensorId>> back;
-  std::uint64_t plan_start = 0;  // what the plan holds on the device at every step's start
+  std::vector<TensorId> leaving;  // still on their way out from the step before
+  std::uint64_t plan_start = 0;   // what the plan holds on the device at every step's start
   for (const auto& [id, e] : entries) {
     if (!next_uses.persistent(id) || away.contains(id)) continue;
     plan_start += e.bytes;
-    if ((e.location != Location::kHost && e.location != Location::kSsd) || e.bytes == 0) continue;
+    const bool offloading = e.location == Location::kOffloading;
+    if ((e.location != Location::kHost && e.location != Location::kSsd && !offloading) || e.bytes == 0)
+      continue;
     // One the plan sends out before its first use (used last at the step's end) would go straight
     // back: the plan's own prefetch brings it.
     const std::uint64_t first = next_uses.first(id);
     if (const auto leaves = leaves_first.find(id); leaves != leaves_first.end() && leaves->second <= first)
       continue;
-    back.emplace_back(first, id);
+    if (offloading) {
+      leaving.push_back(id);
+    } else {
+      back.emplace_back(first, id);
+    }
   }
   // A plan that starts over the budget (a plan_filter's, or one that leaves the shortfall to
   // reactive eviction from the first operator) cannot be followed from its start: filling the
   // budget with its tensors would leave the first operators' outputs no room but evictions.
-  if (config.budget != 0 && plan_start > config.budget) back.clear();
+  if (config.budget != 0 && plan_start > config.budget) {
+    back.clear();
+    leaving.clear();
+  }
+  // An offload the step before left in flight, of a tensor the plan keeps: taken back, it stays
+  // (its memory still counts as resident), where the room check below could finish it and its
+  // first use fetch it again.
+  for (const TensorId id : leaving) {
+    if (!memory.alive(id)) continue;  // freed meanwhile: forgotten when next picked or swept
+    take_back(id, entries.at(id), current_op);
+    ++stats.positioned_back;
+    log::debug("positioning: offload of tensor ", id, " taken back");
+  }
   std::sort(back.begin(), back.end());
   for (const auto& [first, id] : back) {
     // A fetch below can forget freed tensors (allocate): look each one up again.

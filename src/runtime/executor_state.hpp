@@ -151,8 +151,8 @@ struct Executor::State {
   // Gives every spare block back to the allocator (TensorMemory::give_back_spares); never throws.
   void give_back_all_spares();
   // Sends the tensors of away_at_start still on the device out (StepStats::positioned), then
-  // fetches the persistent ones the plan has on the device that are away, while they fit
-  // (StepStats::positioned_back).
+  // takes back the offloads under way of persistent tensors the plan has on the device, and
+  // fetches those that are away while they fit (both StepStats::positioned_back).
   void position_for_plan();
   // Whether `bytes` more (a fetch) fit the budget without evicting: spare blocks given back and
   // offloads under way counted done (complete(): on the device's stream where the copier can),

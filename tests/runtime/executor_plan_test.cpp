@@ -560,6 +560,35 @@ TEST(ExecutorPlan, PrefetchOfATensorStillBeingOffloadedCancelsTheOffload) {
   EXPECT_EQ(stats.planned_prefetches, 0u);
 }
 
+// The step before may leave a copy out still running (a slow SSD here) of a tensor the new plan
+// keeps on the device: positioning takes it back before operator 0, without a copy, instead of
+// leaving it to finish and its first use to wait for it (or fetch it again).
+TEST(ExecutorPlan, PositioningTakesBackAnOffloadStillUnderWay) {
+  Rig rig(0, slow_ssd());
+  rig.add(1, kBytes);
+  Executor& ex = rig.executor();
+  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kSsd, 0)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  run_ops(ex, 1, {});
+  ex.end_step();
+  ASSERT_EQ(ex.location(1), Location::kOffloading);  // 30 ms a request: still under way
+  ex.set_plan(plan_of({}));
+  ex.set_next_uses(next_uses_of({{1, {1}}}, {1}, 2));
+  ex.begin_step();
+  EXPECT_EQ(ex.position_for_plan(), 1u);
+  EXPECT_EQ(ex.location(1), Location::kDevice);
+  run_ops(ex, 2, {{1, {1}}});
+  const StepStats stats = ex.end_step();
+  ex.drain();
+  EXPECT_TRUE(rig.memory().intact(1));
+  EXPECT_EQ(stats.positioned_back, 1u);
+  EXPECT_EQ(stats.cancelled_offloads, 1u);
+  EXPECT_EQ(stats.demand_fetches, 0u);
+  EXPECT_EQ(stats.bytes_from_ssd, 0u);
+  EXPECT_EQ(rig.ssd_used(), 0u);
+}
+
 TEST(ExecutorPlan, TransfersCarryOnIntoTheNextStep) {
   Rig rig(0, slow_ssd());
   Executor& ex = rig.executor();

@@ -105,7 +105,8 @@ struct StepStats {
   std::uint64_t positioned = 0;
   // Fetches before that first operator, the other half of positioning: persistent tensors the
   // plan has on the device at every step's start that the step before left away (a reactive
-  // step's evictions), in the order of their first use, as far as the budget has room.
+  // step's evictions), in the order of their first use, as far as the budget has room. Also
+  // counts those whose copy out was still running: taken back (cancelled_offloads), not fetched.
   std::uint64_t positioned_back = 0;
   std::uint64_t cancelled_offloads = 0;  // tensor used or prefetched while its copy out ran
   // Bytes of those copies out that were dropped before they started (TensorMemory::
@@ -186,7 +187,8 @@ class Executor {
   // to its first operators. Then fetches, in the order of their first use and as far as the
   // budget has room without evicting (offloads under way count as done), the persistent tensors
   // the plan has on the device at the start that are away: a reactive step leaves its evictions
-  // out, and each would otherwise be fetched on demand by the first micro-batch. Returns how
+  // out, and each would otherwise be fetched on demand by the first micro-batch. One still on
+  // its way out is taken back instead (it never left; its memory still counts). Returns how
   // many moved (StepStats::positioned + positioned_back); throws Error{kInvalidArgument} outside
   // a planned step.
   std::uint64_t position_for_plan();
