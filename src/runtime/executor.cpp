@@ -5,6 +5,7 @@
 #include <limits>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -122,14 +123,17 @@ void Executor::set_plan(const plan::Plan& plan) {
     if (ends.at(m.tensor).second == &m && m.direction == plan::Direction::kOffload) away.push_back(m);
   }
   std::unordered_map<TensorId, OpIndex> leaves_first;
+  std::unordered_set<TensorId> kept_at_start;
   for (const auto& [id, first_last] : ends) {
-    const plan::Migration* first = first_last.first;
+    const auto& [first, last] = first_last;
     if (first->direction == plan::Direction::kOffload) leaves_first.emplace(id, first->issue_before);
+    if (last->direction == plan::Direction::kPrefetch && last->kept_copy) kept_at_start.insert(id);
   }
   std::lock_guard lock(state_->mutex);
   state_->migrations_before = std::move(index);
   state_->away_at_start = std::move(away);
   state_->leaves_first = std::move(leaves_first);
+  state_->kept_at_start = std::move(kept_at_start);
 }
 
 void Executor::set_next_uses(NextUses next_uses) {

@@ -85,6 +85,7 @@ void Executor::State::position_for_plan() {
     due.tier = e.extent && e.extent->tier == io::TierKind::kSsd ? plan::Tier::kSsd : plan::Tier::kHost;
     due.deadline = static_cast<OpIndex>(first);
     due.urgent = true;
+    due.kept_copy = kept_at_start.contains(id);
     // An allocator that refuses the block ends it: making room would move out what the plan keeps.
     if (!start_fetch(id, e, &due, std::span<const TensorId>(&id, 1), false)) {
       log::debug("positioning: the allocator refused the block of tensor ", id, " (", e.bytes, " bytes)");

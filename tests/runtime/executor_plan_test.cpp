@@ -376,6 +376,43 @@ TEST(ExecutorPlan, PositioningBackLeavesWhatThePlanSendsOutBeforeItsFirstUse) {
   EXPECT_EQ(stats.planned_prefetches, 1u);
 }
 
+// A plan that starts each step with a tensor on the device and its copy kept in the tier (its
+// last migration a prefetch keeping the copy) sends it out later by dropping it. Positioning's
+// fetch back keeps the copy the same way, so that drop copies nothing.
+TEST(ExecutorPlan, PositioningBackKeepsTheCopyThePlanKeepsAtTheStart) {
+  Rig rig(0);
+  rig.add(1, kBytes);
+  rig.add(2, kBytes);
+  Executor& ex = rig.executor();
+  leave_two_away(ex);  // one copy out of each
+  const auto kept = [](plan::Migration m) {
+    m.kept_copy = true;
+    return m;
+  };
+  // 1: used at 1, dropped at 2 (only read between), back at 3 for the next step's use at 1.
+  ex.set_plan(plan_of(
+      {kept(offload(1, kBytes, plan::Tier::kHost, 2)), kept(prefetch(1, kBytes, plan::Tier::kHost, 3, 1))}));
+  ex.set_next_uses(next_uses_of({{1, {1}}, {2, {3}}}, {1, 2}, 4));
+  ex.begin_step();
+  EXPECT_EQ(ex.position_for_plan(), 2u);
+  ex.drain();
+  EXPECT_TRUE(ex.copy_kept(1));
+  EXPECT_FALSE(ex.copy_kept(2));  // the plan keeps no copy of 2
+  const TensorId one[] = {1};
+  for (OpIndex k = 0; k < 3; ++k) {
+    ex.before_op(k, k == 1 ? std::span<const TensorId>(one) : std::span<const TensorId>());
+    ex.after_op(k, k == 1 ? std::span<const TensorId>(one) : std::span<const TensorId>());
+    ex.drain();
+  }
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.positioned_back, 2u);
+  EXPECT_EQ(stats.dropped, 1u);
+  EXPECT_EQ(rig.memory().copy_outs(1), 1);  // leave_two_away's only
+  EXPECT_EQ(ex.location(1), Location::kHost);
+  ex.fetch(std::span<const TensorId>(one));
+  EXPECT_TRUE(rig.memory().intact(1));
+}
+
 // Only the trace's persistent tensors are positioned: without next uses, none is.
 TEST(ExecutorPlan, PositioningWithoutNextUsesSendsNothing) {
   Rig rig(0);
