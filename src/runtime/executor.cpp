@@ -123,11 +123,12 @@ void Executor::set_plan(const plan::Plan& plan) {
     if (ends.at(m.tensor).second == &m && m.direction == plan::Direction::kOffload) away.push_back(m);
   }
   std::unordered_map<TensorId, OpIndex> leaves_first;
-  std::unordered_set<TensorId> kept_at_start;
+  std::unordered_map<TensorId, plan::Tier> kept_at_start;
   for (const auto& [id, first_last] : ends) {
     const auto& [first, last] = first_last;
     if (first->direction == plan::Direction::kOffload) leaves_first.emplace(id, first->issue_before);
-    if (last->direction == plan::Direction::kPrefetch && last->kept_copy) kept_at_start.insert(id);
+    if (last->direction == plan::Direction::kPrefetch && last->kept_copy)
+      kept_at_start.emplace(id, last->tier);
   }
   std::lock_guard lock(state_->mutex);
   state_->migrations_before = std::move(index);

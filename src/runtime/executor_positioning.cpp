@@ -63,7 +63,9 @@ void Executor::State::position_for_plan() {
   }
   // An offload the step before left in flight, of a tensor the plan keeps: taken back, it stays
   // (its memory still counts as resident), where the room check below could finish it and its
-  // first use fetch it again.
+  // first use fetch it again. On CUDA's device-side path nothing waits; otherwise (an SSD
+  // tier's copy, the host copier) the host waits here for the copy out to end, then keeps the
+  // tensor where it is.
   for (const TensorId id : leaving) {
     if (!memory.alive(id)) continue;  // freed meanwhile: forgotten when next picked or swept
     take_back(id, entries.at(id), current_op);
@@ -85,7 +87,8 @@ void Executor::State::position_for_plan() {
     due.tier = e.extent && e.extent->tier == io::TierKind::kSsd ? plan::Tier::kSsd : plan::Tier::kHost;
     due.deadline = static_cast<OpIndex>(first);
     due.urgent = true;
-    due.kept_copy = kept_at_start.contains(id);
+    const auto kept = kept_at_start.find(id);
+    due.kept_copy = kept != kept_at_start.end() && kept->second == due.tier;
     // An allocator that refuses the block ends it: making room would move out what the plan keeps.
     if (!start_fetch(id, e, &due, std::span<const TensorId>(&id, 1), false)) {
       log::debug("positioning: the allocator refused the block of tensor ", id, " (", e.bytes, " bytes)");

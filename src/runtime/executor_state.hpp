@@ -89,10 +89,12 @@ struct Executor::State {
   // One used last at the step's end leaves at its start (Executor::position_for_plan does not
   // fetch it back for that).
   std::unordered_map<TensorId, OpIndex> leaves_first;
-  // Each tensor whose last migration in a step is a prefetch that keeps the tier's copy: the
-  // plan starts every step with it on the device and that copy still in the tier, so a fetch
-  // back by positioning keeps the copy too (its next offload then drops instead of copying).
-  std::unordered_set<TensorId> kept_at_start;
+  // Each tensor whose last migration in a step is a prefetch that keeps the tier's copy, and that
+  // tier: the plan starts every step with it on the device and that copy in the tier, so a fetch
+  // back by positioning from the same tier keeps the copy too (its next offload then drops
+  // instead of copying). From another tier (a reactive eviction's) it does not: the copy would
+  // stay there for good, each drop and kept prefetch reusing it.
+  std::unordered_map<TensorId, plan::Tier> kept_at_start;
   NextUses next_uses;
   std::unordered_map<TensorId, Entry> entries;
   // kDevice tensors by last use: in this order pick_victim looks for one to evict (least

@@ -378,39 +378,49 @@ TEST(ExecutorPlan, PositioningBackLeavesWhatThePlanSendsOutBeforeItsFirstUse) {
 
 // A plan that starts each step with a tensor on the device and its copy kept in the tier (its
 // last migration a prefetch keeping the copy) sends it out later by dropping it. Positioning's
-// fetch back keeps the copy the same way, so that drop copies nothing.
+// fetch back keeps the copy the same way, so that drop copies nothing; but only from the tier the
+// plan keeps it in: a copy elsewhere (a reactive eviction's) would otherwise stay there for good.
 TEST(ExecutorPlan, PositioningBackKeepsTheCopyThePlanKeepsAtTheStart) {
-  Rig rig(0);
-  rig.add(1, kBytes);
-  rig.add(2, kBytes);
-  Executor& ex = rig.executor();
-  leave_two_away(ex);  // one copy out of each
-  const auto kept = [](plan::Migration m) {
-    m.kept_copy = true;
-    return m;
-  };
-  // 1: used at 1, dropped at 2 (only read between), back at 3 for the next step's use at 1.
-  ex.set_plan(plan_of(
-      {kept(offload(1, kBytes, plan::Tier::kHost, 2)), kept(prefetch(1, kBytes, plan::Tier::kHost, 3, 1))}));
-  ex.set_next_uses(next_uses_of({{1, {1}}, {2, {3}}}, {1, 2}, 4));
-  ex.begin_step();
-  EXPECT_EQ(ex.position_for_plan(), 2u);
-  ex.drain();
-  EXPECT_TRUE(ex.copy_kept(1));
-  EXPECT_FALSE(ex.copy_kept(2));  // the plan keeps no copy of 2
-  const TensorId one[] = {1};
-  for (OpIndex k = 0; k < 3; ++k) {
-    ex.before_op(k, k == 1 ? std::span<const TensorId>(one) : std::span<const TensorId>());
-    ex.after_op(k, k == 1 ? std::span<const TensorId>(one) : std::span<const TensorId>());
+  for (const plan::Tier away_on : {plan::Tier::kHost, plan::Tier::kSsd}) {
+    SCOPED_TRACE(away_on == plan::Tier::kHost ? "away on the plan's tier" : "away on the other tier");
+    Rig rig(0);
+    rig.add(1, kBytes);
+    rig.add(2, kBytes);
+    Executor& ex = rig.executor();
+    // Tensor 1 away on `away_on`, tensor 2 on the host.
+    ex.set_plan(plan_of({offload(1, kBytes, away_on, 0), offload(2, kBytes, plan::Tier::kHost, 0)}));
+    ex.set_mode(Mode::kPlanned);
+    ex.begin_step();
+    run_ops(ex, 1, {});
     ex.drain();
+    ex.end_step();
+    const auto kept = [](plan::Migration m) {
+      m.kept_copy = true;
+      return m;
+    };
+    // 1: used at 1, dropped at 2 (only read between), back at 3 for the next step's use at 1,
+    // its copy kept on the host.
+    ex.set_plan(plan_of({kept(offload(1, kBytes, plan::Tier::kHost, 2)),
+                         kept(prefetch(1, kBytes, plan::Tier::kHost, 3, 1))}));
+    ex.set_next_uses(next_uses_of({{1, {1}}, {2, {3}}}, {1, 2}, 4));
+    ex.begin_step();
+    EXPECT_EQ(ex.position_for_plan(), 2u);
+    ex.drain();
+    const bool same_tier = away_on == plan::Tier::kHost;
+    EXPECT_EQ(ex.copy_kept(1), same_tier);
+    EXPECT_FALSE(ex.copy_kept(2));  // the plan keeps no copy of 2
+    run_ops(ex, 3, {{1, {1}}});
+    ex.drain();
+    const StepStats stats = ex.end_step();
+    EXPECT_EQ(stats.positioned_back, 2u);
+    EXPECT_EQ(stats.dropped, same_tier ? 1u : 0u);
+    EXPECT_EQ(rig.memory().copy_outs(1), same_tier ? 1 : 2);  // the first step's, then a copy to the host
+    EXPECT_EQ(ex.location(1), Location::kHost);
+    EXPECT_EQ(rig.ssd_used(), 0u);
+    const TensorId one[] = {1};
+    ex.fetch(std::span<const TensorId>(one));
+    EXPECT_TRUE(rig.memory().intact(1));
   }
-  const StepStats stats = ex.end_step();
-  EXPECT_EQ(stats.positioned_back, 2u);
-  EXPECT_EQ(stats.dropped, 1u);
-  EXPECT_EQ(rig.memory().copy_outs(1), 1);  // leave_two_away's only
-  EXPECT_EQ(ex.location(1), Location::kHost);
-  ex.fetch(std::span<const TensorId>(one));
-  EXPECT_TRUE(rig.memory().intact(1));
 }
 
 // Only the trace's persistent tensors are positioned: without next uses, none is.
@@ -598,8 +608,9 @@ TEST(ExecutorPlan, PrefetchOfATensorStillBeingOffloadedCancelsTheOffload) {
 }
 
 // The step before may leave a copy out still running (a slow SSD here) of a tensor the new plan
-// keeps on the device: positioning takes it back before operator 0, without a copy, instead of
-// leaving it to finish and its first use to wait for it (or fetch it again).
+// keeps on the device: positioning takes it back before operator 0 and fetches nothing, where its
+// room check would have finished the copy and the first use fetched the tensor again. (On this
+// path the host waits for the copy out to end; on CUDA's device-side path nothing waits.)
 TEST(ExecutorPlan, PositioningTakesBackAnOffloadStillUnderWay) {
   Rig rig(0, slow_ssd());
   rig.add(1, kBytes);

@@ -108,7 +108,8 @@ struct StepStats {
   // step's evictions), in the order of their first use, as far as the budget has room. Also
   // counts those whose copy out was still running: taken back (cancelled_offloads), not fetched.
   std::uint64_t positioned_back = 0;
-  std::uint64_t cancelled_offloads = 0;  // tensor used or prefetched while its copy out ran
+  // Tensor used, prefetched or positioned back while its copy out ran.
+  std::uint64_t cancelled_offloads = 0;
   // Bytes of those copies out that were dropped before they started (TensorMemory::
   // cancel_copy_out). They are in bytes_to_host/ssd, which count copies when issued.
   std::uint64_t bytes_abandoned = 0;
@@ -188,7 +189,8 @@ class Executor {
   // budget has room without evicting (offloads under way count as done), the persistent tensors
   // the plan has on the device at the start that are away: a reactive step leaves its evictions
   // out, and each would otherwise be fetched on demand by the first micro-batch. One still on
-  // its way out is taken back instead (it never left; its memory still counts). Returns how
+  // its way out is taken back instead: its memory still counts, and nothing is fetched (where
+  // the copy out has no device-side event, the host first waits for it to end). Returns how
   // many moved (StepStats::positioned + positioned_back); throws Error{kInvalidArgument} outside
   // a planned step.
   std::uint64_t position_for_plan();
