@@ -637,6 +637,32 @@ TEST(ExecutorPlan, PositioningTakesBackAnOffloadStillUnderWay) {
   EXPECT_EQ(rig.ssd_used(), 0u);
 }
 
+// A plan whose start is over the budget is not followed there (as for fetches back): the copy
+// out goes on, and the tensor is fetched at its use.
+TEST(ExecutorPlan, PositioningTakesNothingBackForAPlanThatStartsOverTheBudget) {
+  Rig rig(2 * kBytes, slow_ssd());
+  rig.add(1, kBytes);
+  rig.add(2, kBytes);
+  Executor& ex = rig.executor();
+  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kSsd, 0)}));
+  ex.set_mode(Mode::kPlanned);
+  ex.begin_step();
+  run_ops(ex, 1, {});
+  ex.end_step();
+  ASSERT_EQ(ex.location(1), Location::kOffloading);
+  rig.add(3, kBytes);
+  ex.set_plan(plan_of({}));
+  // The plan keeps all three on the device at the start: room for two.
+  ex.set_next_uses(next_uses_of({{1, {1}}, {2, {2}}, {3, {3}}}, {1, 2, 3}, 4));
+  ex.begin_step();
+  EXPECT_EQ(ex.position_for_plan(), 0u);
+  EXPECT_NE(ex.location(1), Location::kDevice);
+  ex.drain();
+  const TensorId one[] = {1};
+  ex.fetch(std::span<const TensorId>(one));
+  EXPECT_TRUE(rig.memory().intact(1));
+}
+
 TEST(ExecutorPlan, TransfersCarryOnIntoTheNextStep) {
   Rig rig(0, slow_ssd());
   Executor& ex = rig.executor();
