@@ -98,17 +98,17 @@ void PollingSlack::start() {
 }
 
 std::optional<std::chrono::nanoseconds> PollingSlack::common() const {
+  // A thread that started and could not say sets unknown_; otherwise least and most are set.
   const std::int64_t least = least_ns_.load();
-  const std::int64_t most = most_ns_.load();
-  if (started_.load() == 0 || unknown_.load() || most == kUnknown || least != most) return std::nullopt;
+  if (started_.load() == 0 || unknown_.load() || least != most_ns_.load()) return std::nullopt;
   return std::chrono::nanoseconds(least);
 }
 
 std::string PollingSlack::describe() const {
   if (started_.load() == 0) return "timer slack not yet known (threads starting)";
+  if (unknown_.load()) return "timer slack unknown";
   const std::int64_t least = least_ns_.load();
   const std::int64_t most = most_ns_.load();
-  if (unknown_.load() || most == kUnknown) return "timer slack unknown";
   if (least == most) return cat(format_slack(least), " timer slack");
   return cat("timer slack ", format_slack(least), " to ", format_slack(most));
 }

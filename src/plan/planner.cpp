@@ -262,18 +262,25 @@ void diagnose(const Prepared& prep, const Hardware& hw, const PlannerOptions& op
 
 }  // namespace
 
-PlanResult make_plan(const trace::Trace& trace, const Hardware& hardware, const PlannerOptions& options) {
-  const auto begin = std::chrono::steady_clock::now();
-  check_inputs(trace, hardware);
-  if (options.stall_rounds < 0 || options.stall_patience < 1) {
+void check_options(const PlannerOptions& options) {
+  if (options.stall_rounds < 0) {
     throw Error(ErrorKind::kInvalidArgument,
-                cat("the stall search needs stall_rounds >= 0 and stall_patience >= 1 (got ",
-                    options.stall_rounds, " and ", options.stall_patience, ")"));
+                cat("stall_rounds must be >= 0 (got ", options.stall_rounds, ")"));
+  }
+  if (options.stall_patience < 1) {
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("stall_patience must be >= 1 (got ", options.stall_patience, ")"));
   }
   if (!std::isfinite(options.early_prefetch_lead) || options.early_prefetch_lead < 0) {
     throw Error(ErrorKind::kInvalidArgument,
                 cat("early_prefetch_lead must be a number >= 0 (got ", options.early_prefetch_lead, ")"));
   }
+}
+
+PlanResult make_plan(const trace::Trace& trace, const Hardware& hardware, const PlannerOptions& options) {
+  const auto begin = std::chrono::steady_clock::now();
+  check_inputs(trace, hardware);
+  check_options(options);
   const Prepared prep = prepare(trace);
   std::vector<std::int64_t> demand_after;
   PlanResult result = plan_once(prep, hardware, options, &demand_after);

@@ -75,14 +75,7 @@ Session::Session(SessionConfig config)
     throw Error(ErrorKind::kInvalidArgument,
                 cat("retime_steps must be >= 0 (got ", config_.retime_steps, ")"));
   }
-  if (config_.stall_rounds < 0) {
-    throw Error(ErrorKind::kInvalidArgument,
-                cat("stall_rounds must be >= 0 (got ", config_.stall_rounds, ")"));
-  }
-  if (!std::isfinite(config_.early_prefetch_lead) || config_.early_prefetch_lead < 0) {
-    throw Error(ErrorKind::kInvalidArgument,
-                cat("early_prefetch_lead must be a number >= 0 (got ", config_.early_prefetch_lead, ")"));
-  }
+  plan::check_options(planner_options());  // at once, not at the first plan after the profile
   if (!config_.ssd_paths.empty() && config_.ssd_capacity == 0) {
     throw Error(ErrorKind::kInvalidArgument, "ssd paths given but ssd_capacity is 0");
   }

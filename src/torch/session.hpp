@@ -309,6 +309,8 @@ class Session {
   void remove_dead();
   std::uint64_t expected_births(OpIndex k) const;
   std::vector<TensorId> tracked_ids(const std::vector<at::Tensor>& tensors);
+  // The planner's options from the session's config.
+  plan::PlannerOptions planner_options() const;
   void make_plan();
   // The plan in plan_ (for trace_) becomes the one the executor carries out from the next step.
   void hand_plan_to_executor();

@@ -13,15 +13,20 @@
 
 namespace teraio::torch_binding {
 
+plan::PlannerOptions Session::planner_options() const {
+  plan::PlannerOptions options;
+  options.stall_rounds = config_.stall_rounds;
+  options.early_prefetch_lead = config_.early_prefetch_lead;
+  return options;
+}
+
 void Session::make_plan() {
   if (config_.gpu_budget == 0) {
     go_passive();
     return;
   }
   trace::validate(*trace_);
-  plan::PlannerOptions options;
-  options.stall_rounds = config_.stall_rounds;
-  options.early_prefetch_lead = config_.early_prefetch_lead;
+  const plan::PlannerOptions options = planner_options();
   const std::vector<std::uint64_t> active = trace::active_bytes(*trace_);
   const auto worst = std::max_element(active.begin(), active.end());
   // Planned for a little less than the executor enforces (SessionConfig::plan_margin), never

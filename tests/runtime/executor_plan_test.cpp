@@ -207,16 +207,23 @@ TEST(ExecutorPlan, PositioningSendsOutWhatTheFirstOperatorWouldOtherwiseEvict) {
   }
 }
 
-// Sends tensors 1 and 2 (kBytes each) out for good with one planned step (1 to the host tier,
-// 2 to `second`), then sets an empty plan: one that keeps both on the device.
-void leave_two_away(Executor& ex, plan::Tier second = plan::Tier::kHost) {
-  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kHost, 0), offload(2, kBytes, second, 0)}));
+// One planned step of one operator that sends `out` away before it, then an empty plan (one
+// that keeps everything on the device). With `finish`, the copies out are done when it returns;
+// without, they may still run (a slow SSD keeps them under way).
+void step_sending_out(Executor& ex, std::vector<plan::Migration> out, bool finish = true) {
+  ex.set_plan(plan_of(std::move(out)));
   ex.set_mode(Mode::kPlanned);
   ex.begin_step();
   run_ops(ex, 1, {});
-  ex.drain();
+  if (finish) ex.drain();
   ex.end_step();
   ex.set_plan(plan_of({}));
+}
+
+// Sends tensors 1 and 2 (kBytes each) out for good (1 to the host tier, 2 to `second`), leaving
+// an empty plan.
+void leave_two_away(Executor& ex, plan::Tier second = plan::Tier::kHost) {
+  step_sending_out(ex, {offload(1, kBytes, plan::Tier::kHost, 0), offload(2, kBytes, second, 0)});
 }
 
 // A step before the plan's first one (a reactive step, or another plan) can leave away tensors
@@ -330,12 +337,7 @@ TEST(ExecutorPlan, PositioningBackTakesTheSpareBlockOfWhatWentOut) {
   rig.add(2, kBytes);
   Executor& ex = rig.executor();
   // The step before sends 2 out; the new plan has 1 away at the start and 2 on the device.
-  ex.set_plan(plan_of({offload(2, kBytes, plan::Tier::kHost, 0)}));
-  ex.set_mode(Mode::kPlanned);
-  ex.begin_step();
-  run_ops(ex, 1, {});
-  ex.drain();
-  ex.end_step();
+  step_sending_out(ex, {offload(2, kBytes, plan::Tier::kHost, 0)});
   ASSERT_EQ(ex.location(2), Location::kHost);
   ex.set_plan(
       plan_of({prefetch(1, kBytes, plan::Tier::kHost, 1, 2), offload(1, kBytes, plan::Tier::kHost, 3)}));
@@ -388,12 +390,7 @@ TEST(ExecutorPlan, PositioningBackKeepsTheCopyThePlanKeepsAtTheStart) {
     rig.add(2, kBytes);
     Executor& ex = rig.executor();
     // Tensor 1 away on `away_on`, tensor 2 on the host.
-    ex.set_plan(plan_of({offload(1, kBytes, away_on, 0), offload(2, kBytes, plan::Tier::kHost, 0)}));
-    ex.set_mode(Mode::kPlanned);
-    ex.begin_step();
-    run_ops(ex, 1, {});
-    ex.drain();
-    ex.end_step();
+    step_sending_out(ex, {offload(1, kBytes, away_on, 0), offload(2, kBytes, plan::Tier::kHost, 0)});
     const auto kept = [](plan::Migration m) {
       m.kept_copy = true;
       return m;
@@ -615,13 +612,8 @@ TEST(ExecutorPlan, PositioningTakesBackAnOffloadStillUnderWay) {
   Rig rig(0, slow_ssd());
   rig.add(1, kBytes);
   Executor& ex = rig.executor();
-  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kSsd, 0)}));
-  ex.set_mode(Mode::kPlanned);
-  ex.begin_step();
-  run_ops(ex, 1, {});
-  ex.end_step();
+  step_sending_out(ex, {offload(1, kBytes, plan::Tier::kSsd, 0)}, false);
   ASSERT_EQ(ex.location(1), Location::kOffloading);  // 30 ms a request: still under way
-  ex.set_plan(plan_of({}));
   ex.set_next_uses(next_uses_of({{1, {1}}}, {1}, 2));
   ex.begin_step();
   EXPECT_EQ(ex.position_for_plan(), 1u);
@@ -644,14 +636,9 @@ TEST(ExecutorPlan, PositioningTakesNothingBackForAPlanThatStartsOverTheBudget) {
   rig.add(1, kBytes);
   rig.add(2, kBytes);
   Executor& ex = rig.executor();
-  ex.set_plan(plan_of({offload(1, kBytes, plan::Tier::kSsd, 0)}));
-  ex.set_mode(Mode::kPlanned);
-  ex.begin_step();
-  run_ops(ex, 1, {});
-  ex.end_step();
+  step_sending_out(ex, {offload(1, kBytes, plan::Tier::kSsd, 0)}, false);
   ASSERT_EQ(ex.location(1), Location::kOffloading);
   rig.add(3, kBytes);
-  ex.set_plan(plan_of({}));
   // The plan keeps all three on the device at the start: room for two.
   ex.set_next_uses(next_uses_of({{1, {1}}, {2, {2}}, {3, {3}}}, {1, 2, 3}, 4));
   ex.begin_step();

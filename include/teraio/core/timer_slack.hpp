@@ -51,10 +51,9 @@ class PollingSlack {
   int started() const { return started_.load(); }
 
  private:
-  static constexpr std::int64_t kUnknown = -1;
   std::atomic<int> started_{0};
   std::atomic<std::int64_t> least_ns_{INT64_MAX};
-  std::atomic<std::int64_t> most_ns_{kUnknown};
+  std::atomic<std::int64_t> most_ns_{-1};
   std::atomic<bool> unknown_{false};
 };
 

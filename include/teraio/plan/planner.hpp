@@ -102,6 +102,11 @@ struct PlanResult {
   PlanStats stats;
 };
 
+// Throws Error{kInvalidArgument} naming the first option out of range (stall_rounds < 0,
+// stall_patience < 1, early_prefetch_lead not a number >= 0). make_plan calls it; a caller that
+// takes options long before it plans (teraio.Session) calls it up front.
+void check_options(const PlannerOptions& options);
+
 // Deterministic: the same inputs give the same plan. Never throws for an infeasible budget
 // (the diagnosis says so); throws Error{kInvalidArgument} for an invalid trace or hardware.
 // The trace is planned as one repeating unit (a multi-step trace: extract one step first
