@@ -124,6 +124,10 @@ void Executor::set_plan(const plan::Plan& plan) {
   }
   std::unordered_map<TensorId, OpIndex> leaves_first;
   std::unordered_map<TensorId, plan::Tier> kept_at_start;
+  std::unordered_map<TensorId, std::vector<std::pair<OpIndex, plan::Direction>>> moves;
+  for (const auto& bucket : index) {
+    for (const plan::Migration& m : bucket) moves[m.tensor].emplace_back(m.issue_before, m.direction);
+  }
   for (const auto& [id, first_last] : ends) {
     const auto& [first, last] = first_last;
     if (first->direction == plan::Direction::kOffload) leaves_first.emplace(id, first->issue_before);
@@ -135,6 +139,7 @@ void Executor::set_plan(const plan::Plan& plan) {
   state_->away_at_start = std::move(away);
   state_->leaves_first = std::move(leaves_first);
   state_->kept_at_start = std::move(kept_at_start);
+  state_->moves = std::move(moves);
 }
 
 void Executor::set_next_uses(NextUses next_uses) {

@@ -86,8 +86,11 @@ bool Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, s
                                   " bytes)")));
     }
     ++stats.evictions;
-    log::debug("evict tensor ", id, " (", e.bytes, " bytes) at operator ", op, ": ", resident, " resident + ",
-               incoming, " incoming over ", limit);
+    if (log::enabled(log::Level::kDebug)) {
+      log::debug("evict tensor ", id, " (", e.bytes, " bytes) at operator ", op, ": ", resident,
+                 " resident + ", incoming, " incoming over ", limit,
+                 follows_plan() ? against_plan(op) : std::string{});
+    }
     if (e.location == Location::kOffloading) complete(id, e, op);  // else dropped: nothing to copy
   }
 }

@@ -95,6 +95,12 @@ struct Executor::State {
   // instead of copying). From another tier (a reactive eviction's) it does not: the copy would
   // stay there for good, each drop and kept prefetch reusing it.
   std::unordered_map<TensorId, plan::Tier> kept_at_start;
+  // Each tensor's migrations in a step, by issue point: where the plan has it at an operator,
+  // for the debug log's account of an eviction (against_plan). An eviction in a step that
+  // follows a plan means the device holds more than the plan's memory there (the executor has
+  // waited for the offloads under way first); which tensors make the difference is the question
+  // a GPU run's log has to answer (session 35: W2's 33 evictions a step, none simulated).
+  std::unordered_map<TensorId, std::vector<std::pair<OpIndex, plan::Direction>>> moves;
   NextUses next_uses;
   std::unordered_map<TensorId, Entry> entries;
   // kDevice tensors by last use: in this order pick_victim looks for one to evict (least
@@ -329,6 +335,13 @@ struct Executor::State {
   // divergent step whose future the trace does not tell) the least recently used. `idle` is in
   // LRU order, so among equals the least recently used goes.
   std::optional<TensorId> pick_victim(OpIndex op, std::span<const TensorId> keep) const;
+
+  // Whether the plan has tensor `id` off the device once operator `op`'s migrations are issued.
+  bool plan_has_away(TensorId id, OpIndex op) const;
+  // For the debug log of an eviction in a step that follows a plan: what the device holds that
+  // the plan's memory at operator `op` does not (tensors the plan has away, tensors past their
+  // profiled release, tensors the profile does not know), as "; against the plan: ...".
+  std::string against_plan(OpIndex op) const;
 
   // Frees device memory until resident + spare blocks + incoming <= limit: first by giving spare blocks
   // back (TensorMemory::spare_bytes; one of size `fetching` stays for that fetch), then by waiting

@@ -2,15 +2,20 @@
 // as in the simulator, not the least recently used one the plan needs again soon.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime_test_support.hpp"
+#include "teraio/core/log.hpp"
 #include "teraio/runtime/next_use.hpp"
 
 namespace teraio::runtime {
 namespace {
 
+using testing::offload;
 using testing::plan_of;
+using testing::prefetch;
 using testing::Rig;
 
 constexpr std::uint64_t kBytes = 16 * kKiB;
@@ -220,6 +225,88 @@ TEST(NextUses, CountsTheNextStepForPersistentTensorsAndTheNextOperatorForTheRest
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::kInvalidArgument);
   }
+}
+
+// The debug log's lines at this level, for as long as it lives.
+class DebugLines {
+ public:
+  DebugLines() : saved_(log::level()) {
+    log::set_sink([this](log::Level, std::string_view line) { lines_.emplace_back(line); });
+    log::set_level(log::Level::kDebug);
+  }
+  ~DebugLines() {
+    log::set_level(saved_);
+    log::set_sink({});
+  }
+  DebugLines(const DebugLines&) = delete;
+  DebugLines& operator=(const DebugLines&) = delete;
+
+  std::vector<std::string> containing(std::string_view text) const {
+    std::vector<std::string> found;
+    for (const std::string& line : lines_) {
+      if (line.find(text) != std::string::npos) found.push_back(line);
+    }
+    return found;
+  }
+
+ private:
+  log::Level saved_;
+  std::vector<std::string> lines_;
+};
+
+// An eviction in a planned step means the device holds more than the plan's memory there (the
+// executor waits for the offloads under way first). The debug line says what: here tensor 1,
+// whose planned offload before operator 1 could not go (operator 1 uses it), so that tensor 2
+// goes when operator 2's output arrives.
+TEST(ExecutorNextUse, AnEvictionsDebugLineNamesWhatTheDeviceHoldsAgainstThePlan) {
+  const trace::Trace t =
+      trace_of({tensor(1, {1, 3}, true), tensor(2, {0}, true), tensor(3, {2, 3}, false)}, 4);
+  Rig rig(2 * kBytes);
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  rig.add(2, kBytes);
+  ex.set_plan(
+      plan_of({offload(1, kBytes, plan::Tier::kHost, 1), prefetch(1, kBytes, plan::Tier::kHost, 3, 3)}));
+  ex.set_next_uses(NextUses(t));
+  ex.set_mode(Mode::kPlanned);
+  const DebugLines log;
+  ex.begin_step();
+  const std::vector<std::vector<TensorId>> used = {{2}, {1}, {}, {1, 3}};
+  for (OpIndex k = 0; k < used.size(); ++k) {
+    ex.before_op(k, used[k], k == 2 ? kBytes : 0);
+    if (k == 2) rig.add(3, kBytes);
+    ex.after_op(k, k == 2 ? std::vector<TensorId>{3} : used[k]);
+  }
+  const StepStats stats = ex.end_step();
+  EXPECT_EQ(stats.skipped, 2u);  // the offload (in use) and then the prefetch (on the device)
+  EXPECT_EQ(stats.evictions, 1u);
+  const std::vector<std::string> lines = log.containing("evict tensor 2 ");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find(cat("at operator 2: ", 2 * kBytes, " resident + ", kBytes, " incoming over ",
+                              2 * kBytes, "; against the plan: ", kBytes,
+                              " bytes in 1 tensors the plan has away here (largest: "
+                              "tensor 1, ",
+                              kBytes,
+                              " bytes, device, sent out before operator 1), 0 bytes in 0 "
+                              "past their profiled release, 0 bytes in 0 the profile does not know")),
+            std::string::npos)
+      << lines[0];
+}
+
+TEST(ExecutorNextUse, AnEvictionTheProfileAccountsForHasNothingAgainstThePlan) {
+  Rig rig(2 * kBytes);
+  Executor& ex = rig.executor();
+  rig.add(1, kBytes);
+  rig.add(2, kBytes);
+  ex.set_plan(plan_of({}));
+  ex.set_next_uses(NextUses(four_operators()));
+  ex.set_mode(Mode::kPlanned);
+  const DebugLines log;
+  EXPECT_EQ(run_step(ex, rig).evictions, 1u);
+  const std::vector<std::string> lines = log.containing("evict tensor");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("; against the plan: nothing on the device beyond it"), std::string::npos)
+      << lines[0];
 }
 
 }  // namespace
