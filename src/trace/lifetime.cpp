@@ -96,6 +96,16 @@ void scale_durations(Trace& trace, double factor) {
   for (Operator& op : trace.ops) op.duration_s *= factor;
 }
 
+std::size_t free_at_last_use(Trace& trace) {
+  std::size_t held = 0;
+  for (Tensor& t : trace.tensors) {
+    if (t.held_after_use == 0) continue;
+    t.held_after_use = 0;
+    ++held;
+  }
+  return held;
+}
+
 void jitter_durations(Trace& trace, double spread, std::uint64_t seed) {
   if (!(spread >= 0) || spread >= 1)
     throw Error(ErrorKind::kInvalidArgument, cat("the jitter must be in [0, 1), not ", spread));

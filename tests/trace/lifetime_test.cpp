@@ -183,6 +183,17 @@ TEST(ScaleDurations, MultipliesEveryOperatorAndRefusesBadFactors) {
   EXPECT_EQ(op_start_times(t).back(), 1.75);
 }
 
+TEST(FreeAtLastUse, ForgetsTheRecordedReleasesAndTheirMemory) {
+  Trace t = make_trace({1, 1, 1, 1});
+  add_tensor(t, 10, {0, 1}).held_after_use = 2;  // released after op 3
+  add_tensor(t, 20, {1, 2});
+  EXPECT_EQ(memory_demand(t), (std::vector<std::uint64_t>{10, 30, 30, 10}));
+  EXPECT_EQ(free_at_last_use(t), 1u);
+  EXPECT_EQ(t.tensors[0].held_after_use, 0u);
+  EXPECT_EQ(memory_demand(t), (std::vector<std::uint64_t>{10, 30, 20, 0}));
+  EXPECT_EQ(free_at_last_use(t), 0u);
+}
+
 TEST(JitterDurations, DrawsEachOperatorsFactorFromTheSpreadAndRepeatsForASeed) {
   Trace t = teraio::testing::trace_of_durations(std::vector<double>(200, 1.0));
   add_tensor(t, 10, {0, 199});

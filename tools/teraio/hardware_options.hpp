@@ -75,6 +75,10 @@ inline void add_operator_time_options(Options& opts) {
            "profiles of one step differ (0: off)",
            "0");
   opts.add("seed", "the jitter's random seed", "1");
+  opts.add("releases",
+           "recorded: the trace's releases (Session(record_releases=True)); last-use: every storage freed at "
+           "its last use, as a profile without recorded releases counts it",
+           "recorded");
 }
 
 // The step to plan (--step) with its operator times scaled (--time-scale) and jittered (--jitter),
@@ -94,6 +98,13 @@ inline trace::Trace load_step(const Options& opts) {
     trace::jitter_durations(t, spread, seed);
     std::printf("operator times jittered by up to %g%% (seed %llu)\n", spread * 100,
                 static_cast<unsigned long long>(seed));
+  }
+  const std::string releases = opts.str("releases");
+  if (releases == "last-use") {
+    const std::size_t held = trace::free_at_last_use(t);
+    std::printf("releases: every storage freed at its last use (%zu recorded releases forgotten)\n", held);
+  } else if (releases != "recorded") {
+    throw Error(ErrorKind::kInvalidArgument, cat("--releases must be recorded or last-use, not ", releases));
   }
   return t;
 }

@@ -61,6 +61,12 @@ Trace extract_step(const Trace& trace, std::size_t step);
 // Throws Error{kInvalidArgument} unless 0 < factor <= 100.
 void scale_durations(Trace& trace, double factor);
 
+// Forgets the releases the profile recorded (Tensor::held_after_use): every step-local tensor is
+// then freed at its last use, as in a profile taken without Session(record_releases=True). Planned
+// this way and simulated on the trace as recorded, a plan runs over its budget where the program
+// frees late, as such a plan does at run time. Returns how many tensors had a release recorded.
+std::size_t free_at_last_use(Trace& trace);
+
 // Every operator's duration multiplied by its own factor drawn uniformly from
 // [1 - spread, 1 + spread] (std::mt19937_64 seeded with `seed`: the same seed, the same times).
 // Two profiles of one step differ this way; planning on jittered copies shows how much a plan
