@@ -293,6 +293,11 @@ void Executor::after_op(OpIndex k, std::span<const TensorId> used) {
     const auto freed = s.next_uses.released_at(k);
     s.released.insert(s.released.end(), freed.begin(), freed.end());
   }
+  struct Releasing {  // on every way out
+    State& s;
+    ~Releasing() { s.releasing_after.reset(); }
+  } releasing{s};
+  s.releasing_after = k;
   s.then_rethrow(s.retire_completed(), [&] { s.make_room(k, used, 0); });
 }
 

@@ -12,26 +12,16 @@ namespace {
 
 using Move = std::pair<OpIndex, plan::Direction>;
 
-// The plan's last migration of a tensor issued by operator `op` (its issue point, its
-// direction), from its migrations by issue point; before the first of them, the step's last one:
-// a tensor is where the step before left it. Null for a tensor the plan does not move.
-const Move* last_move(const std::vector<Move>& list, OpIndex op) {
-  if (list.empty()) return nullptr;
+// The plan's last migration of a tensor issued by operator `op`, from its migrations by issue
+// point (ties in the order the executor issues them). Before the first of them a persistent
+// tensor is where the step before left it (its step's last migration, as away_at_start has it);
+// a step-local one is on the device, or not born yet. Null where the plan has not moved it.
+const Move* last_move(const std::vector<Move>& list, OpIndex op, bool persistent) {
   const auto after = std::upper_bound(list.begin(), list.end(), op,
                                       [](OpIndex k, const Move& move) { return k < move.first; });
-  return after == list.begin() ? &list.back() : &*(after - 1);
+  if (after != list.begin()) return &*(after - 1);
+  return persistent && !list.empty() ? &list.back() : nullptr;
 }
-
-}  // namespace
-
-bool Executor::State::plan_has_away(TensorId id, OpIndex op) const {
-  const auto found = moves.find(id);
-  if (found == moves.end()) return false;
-  const Move* last = last_move(found->second, op);
-  return last != nullptr && last->second == plan::Direction::kOffload;
-}
-
-namespace {
 
 // A sum of tensors and the largest of them.
 struct Share {
@@ -52,8 +42,22 @@ struct Share {
 
 }  // namespace
 
+bool Executor::State::plan_has_away(TensorId id, OpIndex op) const {
+  const auto found = moves.find(id);
+  if (found == moves.end()) return false;
+  const Move* last = last_move(found->second, op, next_uses.persistent(id));
+  return last != nullptr && last->second == plan::Direction::kOffload;
+}
+
 std::string Executor::State::against_plan(OpIndex op) const {
+  // after_op(k) lists the tensors the profile saw freed by the end of operator k before it makes
+  // room, but the program frees them after it returns: those are not late yet.
+  const std::span<const TensorId> due_now =
+      releasing_after ? next_uses.released_at(*releasing_after) : std::span<const TensorId>{};
+  // One share per tensor, in this order: the plan has it away, the program holds it past its
+  // profiled release, the profile does not know it.
   Share away;
+  Share late;
   Share unknown;
   for (const auto& [id, e] : entries) {
     if (!holds_device_memory(e.location) || e.bytes == 0) continue;
@@ -64,22 +68,23 @@ std::string Executor::State::against_plan(OpIndex op) const {
     }
   }
   // make_room has just forgotten the freed ones among these: the rest the program still holds.
-  Share late;
   for (const TensorId id : released) {
     const auto found = entries.find(id);
-    if (found != entries.end() && holds_device_memory(found->second.location))
-      late.add(id, found->second.bytes);
+    if (found == entries.end() || !holds_device_memory(found->second.location) || found->second.bytes == 0)
+      continue;
+    if (plan_has_away(id, op) || contains_id(due_now, id)) continue;
+    late.add(id, found->second.bytes);
   }
-  if (away.tensors + unknown.tensors + late.tensors == 0)
+  if (away.tensors + late.tensors + unknown.tensors == 0)
     return "; against the plan: nothing on the device beyond it";
   std::string text =
       cat("; against the plan: ", away.bytes, " bytes in ", away.tensors, " tensors the plan has away here");
   if (away.tensors > 0) {
     const Entry& e = entries.at(away.largest);
-    const Move* left = last_move(moves.at(away.largest), op);
+    const Move* out = last_move(moves.at(away.largest), op, next_uses.persistent(away.largest));
     text +=
         cat(" (largest: tensor ", away.largest, ", ", away.largest_bytes, " bytes, ", to_string(e.location),
-            ", sent out before operator ", left->first, left->first > op ? " of the step before" : "", ")");
+            ", planned out before operator ", out->first, out->first > op ? " of the step before" : "", ")");
   }
   text += cat(", ", late.bytes, " bytes in ", late.tensors, " past their profiled release");
   if (late.tensors > 0) text += cat(" (largest: tensor ", late.largest, ")");

@@ -95,11 +95,12 @@ struct Executor::State {
   // instead of copying). From another tier (a reactive eviction's) it does not: the copy would
   // stay there for good, each drop and kept prefetch reusing it.
   std::unordered_map<TensorId, plan::Tier> kept_at_start;
-  // Each tensor's migrations in a step, by issue point: where the plan has it at an operator,
-  // for the debug log's account of an eviction (against_plan). An eviction in a step that
-  // follows a plan means the device holds more than the plan's memory there (the executor has
-  // waited for the offloads under way first); which tensors make the difference is the question
-  // a GPU run's log has to answer (session 35: W2's 33 evictions a step, none simulated).
+  // Each tensor's migrations in a step, by issue point (ties in issue order): where the plan has
+  // it at an operator, for the debug log's account of an eviction (against_plan). Holding the
+  // budget, an eviction in a step that follows a plan means the device holds more than the
+  // plan's memory there (the executor has waited for the offloads under way first); which
+  // tensors make the difference is what a GPU run's log has to say (session 35: W2's 33
+  // evictions a step, 4 simulated). Built with the plan, a few bytes per migration.
   std::unordered_map<TensorId, std::vector<std::pair<OpIndex, plan::Direction>>> moves;
   NextUses next_uses;
   std::unordered_map<TensorId, Entry> entries;
@@ -155,6 +156,9 @@ struct Executor::State {
   // owner forgets what was freed after a step's last operator at the step's end (the torch
   // session's sweep), and free_down_to forgets any other freed tensor it picks.
   std::vector<TensorId> released;
+  // Set during after_op(k)'s room-making to k: the tensors `released` got for operator k are
+  // not late yet, the program frees them after the call (against_plan).
+  std::optional<OpIndex> releasing_after;
   // Whether this step follows a plan whose trace says which tensors the program frees when.
   bool follows_plan() const { return mode == Mode::kPlanned && !next_uses.empty(); }
   std::uint64_t use_clock = 0;

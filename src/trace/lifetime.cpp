@@ -101,7 +101,7 @@ std::size_t free_at_last_use(Trace& trace) {
   for (Tensor& t : trace.tensors) {
     if (t.held_after_use == 0) continue;
     t.held_after_use = 0;
-    ++held;
+    if (!t.persistent) ++held;  // a persistent tensor's is never counted (release_op)
   }
   return held;
 }

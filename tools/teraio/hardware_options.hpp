@@ -75,10 +75,13 @@ inline void add_operator_time_options(Options& opts) {
            "profiles of one step differ (0: off)",
            "0");
   opts.add("seed", "the jitter's random seed", "1");
-  opts.add("releases",
-           "recorded: the trace's releases (Session(record_releases=True)); last-use: every storage freed at "
-           "its last use, as a profile without recorded releases counts it",
-           "recorded");
+  opts.add(
+      "releases",
+      "recorded: the trace's releases (Session(record_releases=True)); last-use: every storage freed at "
+      "its last use, as a profile without recorded releases counts it. It changes the trace this command "
+      "plans and replays: to replay a last-use plan where the program frees late, plan with last-use and "
+      "simulate that plan on the trace as recorded",
+      "recorded");
 }
 
 // The step to plan (--step) with its operator times scaled (--time-scale) and jittered (--jitter),
@@ -102,7 +105,8 @@ inline trace::Trace load_step(const Options& opts) {
   const std::string releases = opts.str("releases");
   if (releases == "last-use") {
     const std::size_t held = trace::free_at_last_use(t);
-    std::printf("releases: every storage freed at its last use (%zu recorded releases forgotten)\n", held);
+    std::printf("releases: every storage freed at its last use (step-local tensors held past it: %zu)\n",
+                held);
   } else if (releases != "recorded") {
     throw Error(ErrorKind::kInvalidArgument, cat("--releases must be recorded or last-use, not ", releases));
   }

@@ -64,7 +64,8 @@ void scale_durations(Trace& trace, double factor);
 // Forgets the releases the profile recorded (Tensor::held_after_use): every step-local tensor is
 // then freed at its last use, as in a profile taken without Session(record_releases=True). Planned
 // this way and simulated on the trace as recorded, a plan runs over its budget where the program
-// frees late, as such a plan does at run time. Returns how many tensors had a release recorded.
+// frees late, as such a plan does at run time. Returns how many step-local tensors had been held
+// past their last use.
 std::size_t free_at_last_use(Trace& trace);
 
 // Every operator's duration multiplied by its own factor drawn uniformly from
