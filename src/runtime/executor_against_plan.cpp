@@ -49,15 +49,37 @@ bool Executor::State::plan_has_away(TensorId id, OpIndex op) const {
   return last != nullptr && last->second == plan::Direction::kOffload;
 }
 
-std::string Executor::State::against_plan(OpIndex op) const {
+namespace {
+
+// Calls `each(id, bytes)` for every tensor on the device that the program holds past its
+// profiled release at operator `op` and the plan does not have away.
+template <typename State, typename Each>
+void for_each_late(const State& s, OpIndex op, Each&& each) {
   // after_op(k) lists the tensors the profile saw freed by the end of operator k before it makes
   // room, but the program frees them after it returns: those are not late yet.
   const std::span<const TensorId> due_now =
-      releasing_after ? next_uses.released_at(*releasing_after) : std::span<const TensorId>{};
+      s.releasing_after ? s.next_uses.released_at(*s.releasing_after) : std::span<const TensorId>{};
+  for (const TensorId id : s.released) {
+    const auto found = s.entries.find(id);
+    if (found == s.entries.end() || !holds_device_memory(found->second.location) || found->second.bytes == 0)
+      continue;
+    if (s.plan_has_away(id, op) || contains_id(due_now, id)) continue;
+    each(id, found->second.bytes);
+  }
+}
+
+}  // namespace
+
+std::uint64_t Executor::State::late_bytes(OpIndex op) const {
+  std::uint64_t bytes = 0;
+  for_each_late(*this, op, [&](TensorId, std::uint64_t b) { bytes += b; });
+  return bytes;
+}
+
+std::string Executor::State::against_plan(OpIndex op) const {
   // One share per tensor, in this order: the plan has it away, the program holds it past its
   // profiled release, the profile does not know it.
   Share away;
-  Share late;
   Share unknown;
   for (const auto& [id, e] : entries) {
     if (!holds_device_memory(e.location) || e.bytes == 0) continue;
@@ -68,13 +90,8 @@ std::string Executor::State::against_plan(OpIndex op) const {
     }
   }
   // make_room has just forgotten the freed ones among these: the rest the program still holds.
-  for (const TensorId id : released) {
-    const auto found = entries.find(id);
-    if (found == entries.end() || !holds_device_memory(found->second.location) || found->second.bytes == 0)
-      continue;
-    if (plan_has_away(id, op) || contains_id(due_now, id)) continue;
-    late.add(id, found->second.bytes);
-  }
+  Share late;
+  for_each_late(*this, op, [&](TensorId id, std::uint64_t b) { late.add(id, b); });
   if (away.tensors + late.tensors + unknown.tensors == 0)
     return "; against the plan: nothing on the device beyond it";
   std::string text =

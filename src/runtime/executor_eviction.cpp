@@ -77,6 +77,8 @@ bool Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, s
       forget(entries.find(id));
       continue;
     }
+    // Whether the program's late frees account for this one (before the victim leaves the count).
+    const bool late = follows_plan() && late_bytes(op) >= resident + spare + adds - limit;
     Entry& e = entries.at(id);
     if (!start_offload(id, e, io::TierKind::kHost, nullptr)) {
       if (wait_for_tier_room(op)) continue;
@@ -86,6 +88,7 @@ bool Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, s
                                   " bytes)")));
     }
     ++stats.evictions;
+    if (late) ++stats.late_free_evictions;
     if (log::enabled(log::Level::kDebug)) {
       log::debug("evict tensor ", id, " (", e.bytes, " bytes) at operator ", op, ": ", resident,
                  " resident + ", incoming, " incoming over ", limit,

@@ -346,6 +346,10 @@ struct Executor::State {
   // the plan's memory at operator `op` does not (tensors the plan has away, tensors past their
   // profiled release, tensors the profile does not know), as "; against the plan: ...".
   std::string against_plan(OpIndex op) const;
+  // The bytes on the device of the tensors the program holds past their profiled release at
+  // operator `op` that the plan does not have away (against_plan's second share): few tensors,
+  // `released` after make_room has forgotten the freed ones.
+  std::uint64_t late_bytes(OpIndex op) const;
 
   // Frees device memory until resident + spare blocks + incoming <= limit: first by giving spare blocks
   // back (TensorMemory::spare_bytes; one of size `fetching` stays for that fetch), then by waiting

@@ -70,6 +70,7 @@ py::dict step_dict(const StepRecord& r) {
   d["planned_prefetches"] = s.planned_prefetches;
   d["demand_fetches"] = s.demand_fetches;
   d["evictions"] = s.evictions;
+  d["late_free_evictions"] = s.late_free_evictions;
   d["positioned"] = s.positioned;
   d["positioned_back"] = s.positioned_back;
   d["cancelled_offloads"] = s.cancelled_offloads;

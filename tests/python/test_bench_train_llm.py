@@ -387,6 +387,10 @@ def test_a_step_line_says_what_was_positioned_and_evicted(capsys):
     train_llm.print_step(types.SimpleNamespace(workload="W3"), "teraio-recompute", record, 4)
     out = capsys.readouterr().out
     assert "positioned 370 out 111 back demand 11 evictions 11" in out
+    assert "late frees" not in out
+    record["late_free_evictions"] = 9
+    train_llm.print_step(types.SimpleNamespace(workload="W3"), "teraio-recompute", record, 4)
+    assert "evictions 11 (9 for late frees)" in capsys.readouterr().out
     record.update(positioned=0, positioned_back=0, evictions=0)
     train_llm.print_step(types.SimpleNamespace(workload="W3"), "teraio-recompute", record, 4)
     out = capsys.readouterr().out

@@ -70,12 +70,15 @@ def test_planned_steps_of_a_gradient_accumulation_loop_need_no_reactive_eviction
     planned = [r for r in records if r["phase"] == "planned"]
     assert len(planned) == 3 and all(r["planned_offloads"] > 0 for r in planned)
     if not record_releases:
-        # The held storages push the step over its budget, and reactive eviction keeps it.
+        # The held storages push the step over its budget, and reactive eviction keeps it: the
+        # evictions of the steady state are all for those late frees.
         assert all(r["evictions"] > 0 and r["peak_resident"] <= states // 2 for r in planned)
+        assert all(r["late_free_evictions"] == r["evictions"] for r in planned), planned
         return
     # The first planned step starts from the profile's placement, not the plan's: from the
     # second on, the plan alone keeps the budget. It moves some held storages out for good.
     assert [(r["evictions"], r["demand_fetches"]) for r in planned[1:]] == [(0, 0), (0, 0)]
+    assert all(r["late_free_evictions"] == 0 for r in planned)
     assert all(r["planned_offloads"] > r["planned_prefetches"] for r in planned[1:])
 
 

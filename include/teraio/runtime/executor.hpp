@@ -99,6 +99,11 @@ struct StepStats {
   std::uint64_t planned_prefetches = 0;                     // issued
   std::uint64_t demand_fetches = 0;  // tensor used while not resident (wrong or no plan)
   std::uint64_t evictions = 0;       // reactive offloads
+  // Evictions of a planned step that the program's late frees account for: the tensors it holds
+  // past their profiled release (and the plan does not have away) cover the shortfall. A plan
+  // made without recorded releases (Session(record_releases=False)) counts them free at their
+  // last use; with the releases recorded it does not.
+  std::uint64_t late_free_evictions = 0;
   // Offloads before a planned step's first operator that bring the device to the plan's start
   // (the first planned step after a reactive one, or after a new plan): tensors the plan has
   // away at every step's start that were still on the device.
