@@ -63,7 +63,8 @@ void for_each_late(const State& s, OpIndex op, Each&& each) {
     const auto found = s.entries.find(id);
     if (found == s.entries.end() || !holds_device_memory(found->second.location) || found->second.bytes == 0)
       continue;
-    if (s.plan_has_away(id, op) || contains_id(due_now, id)) continue;
+    // Freed ones are only forgotten where make_room was over the budget before (forget_released).
+    if (s.plan_has_away(id, op) || contains_id(due_now, id) || !s.memory.alive(id)) continue;
     each(id, found->second.bytes);
   }
 }
