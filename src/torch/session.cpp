@@ -295,6 +295,16 @@ StepRecord Session::end_step() {
     }
     record.diverged = diverged_;
     if (timeline_steps_.size() < 16) timeline_steps_.push_back(record.stats);
+    if (record.stats.late_free_evictions > 0 && !config_.record_releases && !late_frees_said_) {
+      // Said once: the plan counts these storages free at their last use (bench/RESULTS.md,
+      // session 35: W2 at 16 GiB evicts 33-35 a step at its end, where gradients wait for zero_grad).
+      log::info(cat("TeraIO: ", record.stats.late_free_evictions, " of planned step ", record.step, "'s ",
+                    record.stats.evictions,
+                    " evictions are for storages the program holds past their last use, which the plan "
+                    "counts free there; Session(record_releases=True) profiles when they are freed and "
+                    "plans for them"));
+      late_frees_said_ = true;
+    }
   }
   if (diverged_) {
     if (++divergent_steps_ >= 2) {

@@ -372,6 +372,7 @@ class Session {
   std::unique_ptr<LargeRequestHole> hole_;  // hole_bytes > 0
   bool hole_take_failed_ = false;           // this step: not tried again until the next
   bool hole_take_warned_ = false;           // said once
+  bool late_frees_said_ = false;            // said once (end_step)
   void take_hole();
   void open_hole(OpIndex k);
 

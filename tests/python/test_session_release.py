@@ -6,6 +6,10 @@ and demand fetches make up the difference in every step."""
 from __future__ import annotations
 
 import json
+import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -46,10 +50,10 @@ def test_the_trace_holds_a_storage_until_the_program_frees_it(tmp_path, record_r
     assert made_by[3]["uses"] == [3, 4] and made_by[3].get("held_after_use", 0) == 0
 
 
-@pytest.mark.parametrize("record_releases", [True, False])
-def test_planned_steps_of_a_gradient_accumulation_loop_need_no_reactive_eviction(record_releases):
-    # AdamW with foreach=False keeps each parameter's `denom` in a variable until the next
-    # parameter's replaces it; the micro-batch loop keeps `loss` and the batch the same way.
+def accumulation_loop(record_releases):
+    """Six steps of a gradient-accumulation loop under half its model states; the step records.
+    AdamW with foreach=False keeps each parameter's `denom` in a variable until the next
+    parameter's replaces it; the micro-batch loop keeps `loss` and the batch the same way."""
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab=256, d_model=128, layers=2, heads=4, seq=32, batch=2, tie_weights=False))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
@@ -67,6 +71,12 @@ def test_planned_steps_of_a_gradient_accumulation_loop_need_no_reactive_eviction
                 optimizer.step()
                 model.zero_grad(set_to_none=True)
             records.append(session.last_step)
+    return records, states
+
+
+@pytest.mark.parametrize("record_releases", [True, False])
+def test_planned_steps_of_a_gradient_accumulation_loop_need_no_reactive_eviction(record_releases):
+    records, states = accumulation_loop(record_releases)
     planned = [r for r in records if r["phase"] == "planned"]
     assert len(planned) == 3 and all(r["planned_offloads"] > 0 for r in planned)
     if not record_releases:
@@ -98,3 +108,25 @@ def test_a_planned_step_evicts_the_storage_used_furthest_ahead():
     assert len(planned) == 3 and all(s["mode"] == "planned" for s in planned)
     fetches = [s["demand_fetches"] for s in planned]
     assert max(fetches) <= 3, fetches  # least recently used: 6
+
+
+@pytest.mark.parametrize("record_releases", [True, False])
+def test_a_session_says_once_at_info_level_when_late_frees_cost_evictions(record_releases):
+    # The log level is read once per process (TERAIO_LOG_LEVEL): the loop runs in a child.
+    package_root = str(pathlib.Path(teraio.__file__).resolve().parents[1])
+    env = {**os.environ, "TERAIO_LOG_LEVEL": "info",
+           "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    child = subprocess.run([sys.executable, __file__, str(record_releases)], capture_output=True, text=True,
+                           env=env, timeout=300)
+    assert child.returncode == 0, child.stderr
+    said = [line for line in child.stderr.splitlines() if "holds past their last use" in line]
+    if record_releases:
+        assert said == [], said
+        return
+    assert len(said) == 1, child.stderr
+    assert "evictions are for storages the program holds past their last use" in said[0]
+    assert "Session(record_releases=True)" in said[0]
+
+
+if __name__ == "__main__":
+    accumulation_loop(sys.argv[1] == "True")
