@@ -2,38 +2,22 @@
 // as in the simulator, not the least recently used one the plan needs again soon.
 #include <gtest/gtest.h>
 
-#include <string>
-#include <string_view>
 #include <vector>
 
 #include "runtime_test_support.hpp"
-#include "teraio/core/log.hpp"
 #include "teraio/runtime/next_use.hpp"
 
 namespace teraio::runtime {
 namespace {
 
-using testing::offload;
 using testing::plan_of;
-using testing::prefetch;
 using testing::Rig;
+using testing::trace_of;
 
 constexpr std::uint64_t kBytes = 16 * kKiB;
 
 trace::Tensor tensor(TensorId id, std::vector<OpIndex> uses, bool persistent) {
-  trace::Tensor one;
-  one.id = id;
-  one.bytes = kBytes;
-  one.persistent = persistent;
-  one.uses = std::move(uses);
-  return one;
-}
-
-trace::Trace trace_of(std::vector<trace::Tensor> tensors, std::size_t ops) {
-  trace::Trace t;
-  t.ops.resize(ops, trace::Operator{"aten::op", 1e-3});
-  t.tensors = std::move(tensors);
-  return t;
+  return testing::traced(id, kBytes, std::move(uses), persistent);
 }
 
 // Four operators. Tensor 1 is used at 0 and 3, tensor 2 (persistent) at 1 only, so its next use
@@ -225,174 +209,6 @@ TEST(NextUses, CountsTheNextStepForPersistentTensorsAndTheNextOperatorForTheRest
   } catch (const Error& error) {
     EXPECT_EQ(error.kind(), ErrorKind::kInvalidArgument);
   }
-}
-
-// The debug log's lines at this level, for as long as it lives.
-class DebugLines {
- public:
-  DebugLines() : saved_(log::level()) {
-    log::set_sink([this](log::Level, std::string_view line) { lines_.emplace_back(line); });
-    log::set_level(log::Level::kDebug);
-  }
-  ~DebugLines() {
-    log::set_level(saved_);
-    log::set_sink({});
-  }
-  DebugLines(const DebugLines&) = delete;
-  DebugLines& operator=(const DebugLines&) = delete;
-
-  std::vector<std::string> containing(std::string_view text) const {
-    std::vector<std::string> found;
-    for (const std::string& line : lines_) {
-      if (line.find(text) != std::string::npos) found.push_back(line);
-    }
-    return found;
-  }
-
- private:
-  log::Level saved_;
-  std::vector<std::string> lines_;
-};
-
-// An eviction in a planned step means the device holds more than the plan's memory there (the
-// executor waits for the offloads under way first). The debug line says what: here tensor 1,
-// whose planned offload before operator 1 could not go (operator 1 uses it), so that tensor 2
-// goes when operator 2's output arrives.
-TEST(ExecutorNextUse, AnEvictionsDebugLineNamesWhatTheDeviceHoldsAgainstThePlan) {
-  const trace::Trace t =
-      trace_of({tensor(1, {1, 3}, true), tensor(2, {0}, true), tensor(3, {2, 3}, false)}, 4);
-  Rig rig(2 * kBytes);
-  Executor& ex = rig.executor();
-  rig.add(1, kBytes);
-  rig.add(2, kBytes);
-  ex.set_plan(
-      plan_of({offload(1, kBytes, plan::Tier::kHost, 1), prefetch(1, kBytes, plan::Tier::kHost, 3, 3)}));
-  ex.set_next_uses(NextUses(t));
-  ex.set_mode(Mode::kPlanned);
-  DebugLines log;
-  ex.begin_step();
-  const std::vector<std::vector<TensorId>> used = {{2}, {1}, {}, {1, 3}};
-  for (OpIndex k = 0; k < used.size(); ++k) {
-    ex.before_op(k, used[k], k == 2 ? kBytes : 0);
-    if (k == 2) rig.add(3, kBytes);
-    ex.after_op(k, k == 2 ? std::vector<TensorId>{3} : used[k]);
-  }
-  const StepStats stats = ex.end_step();
-  EXPECT_EQ(stats.skipped, 2u);  // the offload (in use) and then the prefetch (on the device)
-  EXPECT_EQ(stats.evictions, 1u);
-  const std::vector<std::string> lines = log.containing("evict tensor 2 ");
-  ASSERT_EQ(lines.size(), 1u);
-  EXPECT_NE(lines[0].find(cat("at operator 2: ", 2 * kBytes, " resident + ", kBytes, " incoming over ",
-                              2 * kBytes, "; against the plan: ", kBytes,
-                              " bytes in 1 tensors the plan has away here (largest: "
-                              "tensor 1, ",
-                              kBytes,
-                              " bytes, device, planned out before operator 1), 0 bytes in 0 "
-                              "past their profiled release, 0 bytes in 0 the profile does not know")),
-            std::string::npos)
-      << lines[0];
-}
-
-TEST(ExecutorNextUse, AnEvictionTheProfileAccountsForHasNothingAgainstThePlan) {
-  Rig rig(2 * kBytes);
-  Executor& ex = rig.executor();
-  rig.add(1, kBytes);
-  rig.add(2, kBytes);
-  ex.set_plan(plan_of({}));
-  ex.set_next_uses(NextUses(four_operators()));
-  ex.set_mode(Mode::kPlanned);
-  DebugLines log;
-  EXPECT_EQ(run_step(ex, rig).evictions, 1u);
-  const std::vector<std::string> lines = log.containing("evict tensor");
-  ASSERT_EQ(lines.size(), 1u);
-  EXPECT_NE(lines[0].find("; against the plan: nothing on the device beyond it"), std::string::npos)
-      << lines[0];
-}
-
-// Runs one planned step of `ops` operators over `trace` and `plan`: operator k uses used[k] and
-// creates the tensors born[k] (kBytes each, announced as incoming before it unless `announce`
-// is false: then after_op makes their room). Returns the debug lines of its evictions.
-std::vector<std::string> evictions_of_step(const trace::Trace& trace, const plan::Plan& plan,
-                                           const std::vector<TensorId>& resident,
-                                           const std::vector<std::vector<TensorId>>& used,
-                                           const std::vector<std::vector<TensorId>>& born,
-                                           bool announce = true) {
-  Rig rig(2 * kBytes);
-  Executor& ex = rig.executor();
-  for (const TensorId id : resident) rig.add(id, kBytes);
-  ex.set_plan(plan);
-  ex.set_next_uses(NextUses(trace));
-  ex.set_mode(Mode::kPlanned);
-  DebugLines log;
-  ex.begin_step();
-  for (OpIndex k = 0; k < used.size(); ++k) {
-    ex.before_op(k, used[k], announce ? born[k].size() * kBytes : 0);
-    std::vector<TensorId> touched = used[k];
-    for (const TensorId id : born[k]) {
-      rig.add(id, kBytes);
-      touched.push_back(id);
-    }
-    ex.after_op(k, touched);
-  }
-  static_cast<void>(ex.end_step());
-  return log.containing("evict tensor");
-}
-
-// A step-local tensor's only migration is an offload while the program still holds it past its
-// last use (a plan made with recorded releases); before that offload the plan has it on the
-// device, not where "the step before left it": it is not born then.
-TEST(ExecutorNextUse, AStepLocalTensorIsNotAwayBeforeItsFirstMigration) {
-  trace::Tensor held = tensor(5, {0}, false);
-  held.held_after_use = 3;  // freed after operator 3
-  const trace::Trace t = trace_of({tensor(1, {1, 3}, true), held, tensor(3, {2, 3}, false)}, 4);
-  const std::vector<std::string> lines = evictions_of_step(
-      t, plan_of({offload(5, kBytes, plan::Tier::kHost, 3)}), {1, 5}, {{5}, {1}, {}, {1}}, {{}, {}, {3}, {}});
-  ASSERT_EQ(lines.size(), 1u);
-  EXPECT_NE(lines[0].find("at operator 2: "), std::string::npos) << lines[0];
-  EXPECT_NE(lines[0].find("; against the plan: nothing on the device beyond it"), std::string::npos)
-      << lines[0];
-}
-
-// after_op(k) makes room before the program has had a chance to free what operator k used last:
-// those are not late yet.
-TEST(ExecutorNextUse, WhatTheOperatorJustUsedLastIsNotLateInItsAfterOp) {
-  const trace::Trace t =
-      trace_of({tensor(1, {3}, true), tensor(2, {0, 1}, false), tensor(3, {1, 2}, false)}, 4);
-  const std::vector<std::string> lines =
-      evictions_of_step(t, plan_of({}), {1, 2}, {{2}, {2}, {3}, {1}}, {{}, {3}, {}, {}}, false);
-  ASSERT_FALSE(lines.empty());
-  EXPECT_NE(lines[0].find("evict tensor 1 "), std::string::npos) << lines[0];
-  EXPECT_NE(lines[0].find("at operator 1: "), std::string::npos) << lines[0];
-  EXPECT_NE(lines[0].find("; against the plan: nothing on the device beyond it"), std::string::npos)
-      << lines[0];
-}
-
-// A tensor the program holds past its profiled release whose planned offload could not go is
-// counted once, as one the plan has away; one held late without a plan for it, as late.
-TEST(ExecutorNextUse, EachTensorCountsInOneShareOnly) {
-  trace::Tensor held = tensor(5, {0}, false);
-  const trace::Trace t = trace_of({tensor(1, {3}, true), held, tensor(3, {2, 3}, false)}, 4);
-  // Operator 1 still uses 5 (against its profile), so the planned offload before it is skipped;
-  // after operator 1 the program keeps it.
-  const std::vector<std::string> away = evictions_of_step(
-      t, plan_of({offload(5, kBytes, plan::Tier::kHost, 1)}), {1, 5}, {{5}, {5}, {}, {1}}, {{}, {}, {3}, {}});
-  ASSERT_FALSE(away.empty());
-  EXPECT_NE(away[0].find(cat("at operator 2: ", 2 * kBytes, " resident + ", kBytes, " incoming over ",
-                             2 * kBytes, "; against the plan: ", kBytes,
-                             " bytes in 1 tensors the plan has away here (largest: "
-                             "tensor 5, ",
-                             kBytes,
-                             " bytes, device, planned out before operator 1), 0 bytes in 0 past their "
-                             "profiled release, 0 bytes in 0")),
-            std::string::npos)
-      << away[0];
-  const std::vector<std::string> late =
-      evictions_of_step(t, plan_of({}), {1, 5}, {{5}, {}, {}, {1}}, {{}, {}, {3}, {}});
-  ASSERT_FALSE(late.empty());
-  EXPECT_NE(late[0].find(cat("; against the plan: 0 bytes in 0 tensors the plan has away here, ", kBytes,
-                             " bytes in 1 past their profiled release (largest: tensor 5), 0 bytes in 0")),
-            std::string::npos)
-      << late[0];
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "teraio/core/units.hpp"
 #include "teraio/io/tier_store.hpp"
 #include "teraio/runtime/executor.hpp"
+#include "teraio/trace/trace.hpp"
 
 namespace teraio::runtime::testing {
 
@@ -215,6 +216,23 @@ inline plan::Migration prefetch(TensorId id, std::uint64_t bytes, plan::Tier tie
                                 OpIndex deadline) {
   return plan::Migration{id, bytes, plan::Direction::kPrefetch, tier, at, deadline, false};
 }
+// A traced tensor of `bytes` bytes used by operators `uses`, and a trace of `ops` 1 ms operators
+// over such tensors: profiles for NextUses.
+inline trace::Tensor traced(TensorId id, std::uint64_t bytes, std::vector<OpIndex> uses, bool persistent) {
+  trace::Tensor one;
+  one.id = id;
+  one.bytes = bytes;
+  one.persistent = persistent;
+  one.uses = std::move(uses);
+  return one;
+}
+inline trace::Trace trace_of(std::vector<trace::Tensor> tensors, std::size_t ops) {
+  trace::Trace t;
+  t.ops.resize(ops, trace::Operator{"aten::op", 1e-3});
+  t.tensors = std::move(tensors);
+  return t;
+}
+
 inline plan::Plan plan_of(std::vector<plan::Migration> migrations) {
   plan::Plan p;
   p.migrations = std::move(migrations);
