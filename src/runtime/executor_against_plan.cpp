@@ -61,8 +61,7 @@ void for_each_late(const State& s, OpIndex op, Each&& each) {
       s.releasing_after ? s.next_uses.released_at(*s.releasing_after) : std::span<const TensorId>{};
   for (const TensorId id : s.released) {
     const auto found = s.entries.find(id);
-    if (found == s.entries.end() || !holds_device_memory(found->second.location) || found->second.bytes == 0)
-      continue;
+    if (found == s.entries.end() || !State::occupies_device(found->second)) continue;
     // Freed ones are only forgotten where make_room was over the budget before (forget_released).
     if (s.plan_has_away(id, op) || contains_id(due_now, id) || !s.memory.alive(id)) continue;
     each(id, found->second.bytes);
@@ -83,7 +82,7 @@ std::string Executor::State::against_plan(OpIndex op) const {
   Share away;
   Share unknown;
   for (const auto& [id, e] : entries) {
-    if (!holds_device_memory(e.location) || e.bytes == 0) continue;
+    if (!occupies_device(e)) continue;
     if (plan_has_away(id, op)) {
       away.add(id, e.bytes);
     } else if (next_uses.first(id) == NextUses::kNever) {

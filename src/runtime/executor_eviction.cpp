@@ -56,9 +56,10 @@ bool Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, s
         fetching != 0 && memory.has_spare(fetching) ? incoming - std::min(incoming, fetching) : incoming;
     const std::uint64_t spare = memory.spare_bytes();
     if (resident + spare + adds <= limit) return true;
+    const std::uint64_t short_by = resident + spare + adds - limit;
     // Giving a spare block back moves nothing. An eviction below keeps its block in turn (if
     // the memory keeps blocks), and the next round gives that back unless the fetch takes it.
-    if (spare > 0 && memory.give_back_spares(resident + spare + adds - limit, fetching) > 0) continue;
+    if (spare > 0 && memory.give_back_spares(short_by, fetching) > 0) continue;
     auto offloading = std::find_if(in_flight.begin(), in_flight.end(), [&](TensorId id) {
       return entries.at(id).location == Location::kOffloading && !contains_id(keep, id);
     });
@@ -78,7 +79,7 @@ bool Executor::State::free_down_to(OpIndex op, std::span<const TensorId> keep, s
       continue;
     }
     // Whether the program's late frees account for this one (before the victim leaves the count).
-    const bool late = follows_plan() && late_bytes(op) >= resident + spare + adds - limit;
+    const bool late = follows_plan() && late_bytes(op) >= short_by;
     Entry& e = entries.at(id);
     if (!start_offload(id, e, io::TierKind::kHost, nullptr)) {
       if (wait_for_tier_room(op)) continue;

@@ -188,6 +188,10 @@ struct Executor::State {
 
   // Empty tensors are never evicted: moving them frees nothing.
   static bool idle_candidate(const Entry& e) { return e.location == Location::kDevice && e.bytes > 0; }
+  // Device memory held, and some of it: what against_plan and late_bytes account for.
+  static bool occupies_device(const Entry& e) {
+    return executor_detail::holds_device_memory(e.location) && e.bytes > 0;
+  }
 
   void set_location(TensorId id, Entry& e, Location location) {
     if (in_flight_location(e.location) && !in_flight_location(location)) ++settled_changes;

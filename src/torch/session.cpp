@@ -297,7 +297,7 @@ StepRecord Session::end_step() {
     if (timeline_steps_.size() < 16) timeline_steps_.push_back(record.stats);
     if (record.stats.late_free_evictions > 0 && !config_.record_releases && !late_frees_said_) {
       // Said once: the plan counts these storages free at their last use (bench/RESULTS.md,
-      // session 35: W2 at 16 GiB evicts 33-35 a step at its end, where gradients wait for zero_grad).
+      // session 35: the offline model puts W2's 33-35 evictions a step at 16 GiB down to them).
       log::info(cat("TeraIO: ", record.stats.late_free_evictions, " of planned step ", record.step, "'s ",
                     record.stats.evictions,
                     " evictions are for storages the program holds past their last use, which the plan "
