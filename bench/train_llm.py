@@ -141,9 +141,9 @@ def parse_args(argv):
     p.add_argument("--profile-steps", type=int, default=1, help="TeraIO profile steps (default 1)")
     p.add_argument("--recompute-counts", metavar="N,N,...",
                    help="teraio-recompute: the counts of recomputed layers to try (default: tune's search)")
-    p.add_argument("--release-tracking", choices=("on", "off"), default="off",
+    p.add_argument("--release-tracking", choices=("on", "off"), default="on",
                    help="TeraIO modes: Session(record_releases=...): whether the profile records when each storage "
-                        "is freed (default off: planned as freed at its last use)")
+                        "is freed (default on; off: planned as freed at its last use)")
     p.add_argument("--copy-order", choices=("deadline", "issue"), default="deadline",
                    help="TeraIO modes: Session(copy_order=...): the CUDA copier runs each direction's copies by the "
                         "plan's deadlines (default) or as issued")
@@ -196,7 +196,7 @@ def parse_args(argv):
                         "planner's, 64; 24 before session 27)")
     p.add_argument("--early-prefetch-lead", type=float, default=None, metavar="X",
                    help="TeraIO modes: Session(early_prefetch_lead=X): how far earlier the planner may move a "
-                        "prefetch while memory allows, in its own transfer times (default: the planner's, 3)")
+                        "prefetch while memory allows, in its own transfer times (default: the planner's, 100)")
     p.add_argument("--gpu-profile", action="store_true",
                    help="after the measured steps, run one more step under torch.profiler (CUDA) and report "
                         "where its GPU time went (bench/gpu_profile.py): kernels, idle time with and without "

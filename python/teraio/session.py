@@ -175,7 +175,7 @@ class Session:
         rank=None,
         _fault_injection=False,
         _enqueue_host_copies=None,
-        record_releases=False,
+        record_releases=True,
         copy_order="deadline",
         recast_weights=False,
         recast_activations=False,

@@ -182,7 +182,7 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   c.ssd_write_bandwidth = get("ssd_write", 0.0);
   c.pcie_duplex_bandwidth = get("duplex", 0.0);
   c.probe_bytes = get("probe_bytes", c.probe_bytes);
-  c.record_releases = get("record_releases", false);
+  c.record_releases = get("record_releases", c.record_releases);
   c.keep_copies = get("keep_copies", false);
   c.reuse_blocks = get("reuse_blocks", false);
   c.hole_bytes = get("hole_bytes", std::uint64_t{0});
@@ -353,6 +353,7 @@ void bind_session(py::module_& m) {
              d["hardware"] = s.session->hardware().describe();
              d["plan_margin_bytes"] = s.session->plan_margin();
              d["early_prefetch_lead"] = s.session->config().early_prefetch_lead;
+             d["record_releases"] = s.session->config().record_releases;
              return d;
            })
       .def("locations", [](NativeSession& s) { return s.session->locations(); })

@@ -58,8 +58,9 @@ struct SessionConfig {
   // about twice 24's). 0: none, the shortfall left to reactive eviction.
   int stall_rounds = plan::PlannerOptions{}.stall_rounds;
   // How far earlier the planner's early-prefetch pass may move a prefetch, in its own transfer
-  // times (plan::PlannerOptions::early_prefetch_lead); the pass stays within the budget. Offline,
-  // 100 made W3's and W2's plans 1-2% faster than 3, as planned and on a slower link (session 33).
+  // times (plan::PlannerOptions::early_prefetch_lead, 100); the pass stays within the budget.
+  // Without record_releases it moves prefetches into memory the program has not given back yet
+  // and evicts for it (bench/RESULTS.md, sessions 35-36).
   double early_prefetch_lead = plan::PlannerOptions{}.early_prefetch_lead;
   int rank = 0;
   std::uint64_t min_tensor_bytes = 4096;  // smaller storages are not worth an I/O request
@@ -88,9 +89,10 @@ struct SessionConfig {
   // Whether the profile records when each storage is freed (trace::Tensor::held_after_use), so
   // that the plan counts storages the program holds past their last use and may move them out
   // for good. Off plans as if every storage were freed at its last use and leaves the rest to
-  // reactive eviction. Measured both ways (bench/RESULTS.md): on is faster where the plan is
-  // far over the budget (W2 at 16 GiB), off where it is close (W2 at 24 GiB); off by default.
-  bool record_releases = false;
+  // reactive eviction: on one H200 (bench/RESULTS.md, session 36) the gradients held until
+  // zero_grad then cost W2 @ 16 GiB 30-36 evictions a step, and on ran it 3.8% and W3 1.4%
+  // faster. Session 6 had on 5.9% slower at W2 @ 24 GiB, before most of today's runtime.
+  bool record_releases = true;
   // Whether a tensor's copy may stay in its tier while the tensor is back on the device and
   // only read (a weight between micro-batches), so that moving it out again drops its device
   // memory instead of copying it (plan::Migration::kept_copy). Off: the profile records every

@@ -131,7 +131,7 @@ def test_pcie_duplex_plan_latency_margin_and_lead_reach_the_planner_and_the_tabl
     done = run_bench("--workload", "tiny", "--modes", "ideal,teraio-ssd", "--steps", "2", "--teraio-budget", "1MiB",
                      "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--out", str(out),
                      "--pcie-duplex", "1.5GB/s", "--plan-latency", "2ms", "--plan-margin", "128KiB",
-                     "--early-prefetch-lead", "100", "--plan-pcie", "2GB/s")
+                     "--early-prefetch-lead", "7", "--plan-pcie", "2GB/s")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     entry = json.loads((out / "tiny-nocap.json").read_text())["modes"]["teraio-ssd"]
     assert entry["summary"]["exact"] is True
@@ -142,8 +142,8 @@ def test_pcie_duplex_plan_latency_margin_and_lead_reach_the_planner_and_the_tabl
     assert "2.00 ms a request" in entry["teraio"]["plan"]["hardware"], entry["teraio"]["plan"]
     assert entry["teraio"]["plan"]["plan_margin_bytes"] == 128 << 10
     assert "0.125 MiB kept free below the budget" in done.stdout
-    assert entry["teraio"]["plan"]["early_prefetch_lead"] == 100
-    assert "prefetches moved up to 100 transfer times earlier" in done.stdout
+    assert entry["teraio"]["plan"]["early_prefetch_lead"] == 7
+    assert "prefetches moved up to 7 transfer times earlier" in done.stdout
     assert "PCIe d2h 2.00 GB/s h2d 2.00 GB/s" in entry["teraio"]["plan"]["hardware"], entry["teraio"]["plan"]
 
 

@@ -200,7 +200,8 @@ def test_bad_arguments_are_refused(tmp_path):
     for lead in (-1, float("nan")):
         with pytest.raises(teraio.Error, match="early_prefetch_lead must be a number >= 0"):
             teraio.Session(device="cpu", early_prefetch_lead=lead)
-    assert teraio.Session(device="cpu").report()["plan"]["early_prefetch_lead"] == 3
+    assert teraio.Session(device="cpu").report()["plan"]["early_prefetch_lead"] == 100
+    assert teraio.Session(device="cpu").report()["plan"]["record_releases"] is True
     assert teraio.Session(device="cpu", gpu_budget="64MiB").report()["plan"]["plan_margin_bytes"] == (64 << 20) // 256
     for latency in (-1e-6, 2, float("nan")):
         with pytest.raises(ValueError, match="request_latency must be between 0 and 1 second"):

@@ -1,7 +1,7 @@
 """Session(record_releases=True): the profile records when the program actually frees each
 storage, not only when it last uses it. A storage a Python variable holds until the next loop
-iteration keeps its memory that long; a plan that counts it as free at its last use (the
-default, record_releases=False) leaves the planned steps over the budget, and reactive eviction
+iteration keeps its memory that long; a plan that counts it as free at its last use
+(record_releases=False, the default until session 36) leaves the planned steps over the budget, and reactive eviction
 and demand fetches make up the difference in every step."""
 from __future__ import annotations
 

@@ -21,8 +21,11 @@ struct PlannerOptions {
   bool early_prefetch = true;
   // How far earlier the pass may move a prefetch, as a multiple of its own transfer time;
   // bounded so that one prefetch does not take the memory headroom every other one could
-  // use. 3 measured better than 1 and close to 10 under jitter (docs/planner.md).
-  double early_prefetch_lead = 3.0;
+  // use. 3 measured better than 1 and close to 10 under jitter (docs/planner.md); 100, where
+  // memory bounds each prefetch, made profiled GPU traces' plans 1-2% faster and, with the
+  // releases recorded, ran W3 2.7% and W2 @ 16 GiB 4.0% faster than 3 without them on the GPU
+  // (bench/RESULTS.md, sessions 33 and 36).
+  double early_prefetch_lead = 100.0;
   // Credit a migration only with the over-budget part of the memory it frees, per byte
   // moved: Σ τ[k]·min(size, M[k] − budget) / size over the operators it covers (bounded
   // above by min(Σ τ_over, Σ τ·excess / size)). Off: the paper's size × Σ τ[k] over the
