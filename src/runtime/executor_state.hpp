@@ -96,7 +96,8 @@ struct Executor::State {
   // stay there for good, each drop and kept prefetch reusing it.
   std::unordered_map<TensorId, plan::Tier> kept_at_start;
   // Each tensor's migrations in a step, by issue point (ties in issue order): where the plan has
-  // it at an operator, for the debug log's account of an eviction (against_plan). Holding the
+  // it at an operator (plan_has_away), for the late-free count of an eviction (late_bytes) and the
+  // debug log's account of it (against_plan). Holding the
   // budget, an eviction in a step that follows a plan means the device holds more than the
   // plan's memory there (the executor has waited for the offloads under way first); which
   // tensors make the difference is what a GPU run's log has to say (session 35: W2's 33

@@ -87,6 +87,9 @@ inline void add_operator_time_options(Options& opts) {
 // The step to plan (--step) with its operator times scaled (--time-scale) and jittered (--jitter),
 // said when they are.
 inline trace::Trace load_step(const Options& opts) {
+  const std::string releases = opts.str("releases");  // checked before a long load
+  if (releases != "recorded" && releases != "last-use")
+    throw Error(ErrorKind::kInvalidArgument, cat("--releases must be recorded or last-use, not ", releases));
   trace::Trace t = one_step(trace::load_trace(*opts.positional("trace")), opts.integer("step"));
   const double factor = opts.number("time-scale");
   if (factor != 1) {
@@ -102,13 +105,10 @@ inline trace::Trace load_step(const Options& opts) {
     std::printf("operator times jittered by up to %g%% (seed %llu)\n", spread * 100,
                 static_cast<unsigned long long>(seed));
   }
-  const std::string releases = opts.str("releases");
   if (releases == "last-use") {
     const std::size_t held = trace::free_at_last_use(t);
     std::printf("releases: every storage freed at its last use (step-local tensors held past it: %zu)\n",
                 held);
-  } else if (releases != "recorded") {
-    throw Error(ErrorKind::kInvalidArgument, cat("--releases must be recorded or last-use, not ", releases));
   }
   return t;
 }

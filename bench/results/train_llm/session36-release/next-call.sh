@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Prepared in session 36 for the next: the new defaults (releases recorded, prefetch lead 100)
 # against the old ones on the workloads session 36 did not run. Run from the repository root;
-# carry .deps. One run a call-part; debug log; writes 3 files under $OUT.
+# carry .deps. One run a call-part; debug log; writes 3 files under $OUT (scripts/gpu/bench-arm.sh).
 #   ARM=new|old   (old: --release-tracking off --early-prefetch-lead 3, the defaults until session 36)
-#   WORKLOAD=W2-24 (1 of 8 recomputed, ~90 s warm) | W1-24 (12 of 16: 14 runs passive, 12 moves ~0.2 GiB; ~100 s) |
-#            W3 (16 of 32, ~265 s) | W2-16 (8 of 8, ~85 s)
+#   WORKLOAD=W2-24 (1 of 8 recomputed, ~90 s warm) | W1-24 (12 of 16: 14 runs passive, 12 moves
+#            ~0.2 GiB; ~100 s) | W3 (16 of 32, ~265 s) | W2-16 (8 of 8, ~85 s)
 set -uo pipefail
 start=$SECONDS
 out=${OUT:-$PWD/out}; arm=${ARM:-new}; workload=${WORKLOAD:-W2-24}
 . scripts/gpu/native-module.sh
+. scripts/gpu/bench-arm.sh
 ensure_native_module "$out"; echo "built ($((SECONDS - start)) s)"
 case $arm in
   new) extra=() ;;
@@ -24,12 +25,6 @@ case $workload in
             --allocator paged --paged-page 16MiB); file=W3-79GiB ;;
   *) echo "unknown WORKLOAD $workload"; exit 2 ;;
 esac
-name=$workload-$arm; runs=/var/tmp/teraio/next36-$name-$SECONDS
-left=$((570 - (SECONDS - start)))
-TERAIO_LOG_LEVEL=debug PYTHONUNBUFFERED=1 PYTHONPATH=python timeout "$left" python3 bench/train_llm.py \
-  "${args[@]}" --modes teraio-recompute --recompute-measure 0 --warmup 1 --steps 3 "${extra[@]}" \
-  --child-timeout "$((left - 5))" --out "$runs" >"$out/$name.log" 2>&1
-echo "$name: status $? ($((SECONDS - start)) s)"; grep -E "^\| teraio" "$runs/$file.md"
-grep -E "step .*measured" "$out/$name.log" | sed -E 's/ callbacks.*link:/ link:/' | cut -c1-300
-cp "$runs/$file.md" "$out/$name.md"; cp "$runs/$file.json" "$out/$name.json"; xz -T0 "$out/$name.log"
+LEFT=$((570 - (SECONDS - start))) bench_arm "$out" "$workload-$arm" "$file" "${args[@]}" --modes teraio-recompute \
+  --recompute-measure 0 --warmup 1 --steps 3 "${extra[@]}"
 echo "total $((SECONDS - start)) s"
