@@ -2,6 +2,8 @@
 # Session 37's GPU call: several arms of session 36's next-call.sh on one machine, each with its
 # own output folder, all tarred into $OUT/call.tar (a call brings back at most 8 files).
 #   RUNS="W2-24:new W2-24:old ..."   the WORKLOAD:ARM pairs, in order
+#                                    (W3-cN: W3 with N of 32 recomputed under the defaults,
+#                                    otherwise as next-call.sh's W3, with --save-trace; ARM is ignored)
 #   EXACT=1                          first run the exact suite's CUDA cases (after the build)
 # Run from the repository root; carry .deps.
 set -uo pipefail
@@ -10,6 +12,7 @@ out=${OUT:-$PWD/out}
 work=/var/tmp/s37
 mkdir -p "$work" "$out"
 . scripts/gpu/native-module.sh
+. scripts/gpu/bench-arm.sh
 ensure_native_module "$out"; echo "built ($((SECONDS - start)) s)"
 if [ -n "${EXACT:-}" ]; then
   PYTHONPATH=$(pytest_pythonpath) timeout 200 python3 -m pytest -q -p no:cacheprovider \
@@ -21,7 +24,17 @@ i=0
 for run in ${RUNS:-}; do
   i=$((i + 1)); name=$i-${run/:/-}
   mkdir -p "$work/$name"
-  OUT=$work/$name WORKLOAD=${run%%:*} ARM=${run##*:} bash bench/results/train_llm/session36-release/next-call.sh
+  workload=${run%%:*}
+  if [[ $workload == W3-c* ]]; then
+    LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \
+      --modes teraio-recompute --recompute-counts "${workload#W3-c}" --recompute-measure 0 --warmup 1 --steps 3 \
+      --reserve 5GiB --host-budget 100GiB --allocator paged --paged-page 16MiB --save-trace
+    # the trace, plan and device waits, for teraio simulate and bench/device_stalls.py here
+    tar -C /var/tmp/teraio -cJf "$work/$name/saved.tar.xz" $(cd /var/tmp/teraio && ls -d "$name"-*/*trace* \
+      "$name"-*/*plan* "$name"-*/*device-waits* 2>/dev/null)
+  else
+    OUT=$work/$name WORKLOAD=$workload ARM=${run##*:} bash bench/results/train_llm/session36-release/next-call.sh
+  fi
   tar -C "$work" -rf "$out/call.tar" "$name"
   echo "after $name: $((SECONDS - start)) s"
 done
