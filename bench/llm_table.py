@@ -119,7 +119,9 @@ def table_notes(table):
                 if plan.get("plan_margin_bytes") else ""
             lead = f"; prefetches moved up to {plan['early_prefetch_lead']:g} transfer times earlier" \
                 if plan.get("early_prefetch_lead") is not None else ""
-            notes.append(f"- {name}: planned for {plan['hardware']}{margin}{lead}{rounds}")
+            smallest = f"; storages under 1/{1 / plan['min_migration_share']:.0f} of the budget kept on the device" \
+                if plan.get("min_migration_share") else ""
+            notes.append(f"- {name}: planned for {plan['hardware']}{margin}{lead}{smallest}{rounds}")
         if engine := ((entry.get("teraio") or {}).get("backends") or "").splitlines():
             # What ran: the copier, its order and its polling threads' timer slack, as the engine says.
             notes.append(f"- {name}: {engine[0]}")

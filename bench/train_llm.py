@@ -197,6 +197,9 @@ def parse_args(argv):
     p.add_argument("--early-prefetch-lead", type=float, default=None, metavar="X",
                    help="TeraIO modes: Session(early_prefetch_lead=X): how far earlier the planner may move a "
                         "prefetch while memory allows, in its own transfer times (default: the planner's, 100)")
+    p.add_argument("--min-migration-share", type=float, default=None, metavar="X",
+                   help="TeraIO modes: Session(min_migration_share=X): never move a storage smaller than this "
+                        "share of the budget (default: the planner's, 1/65536; 0 moves any size, as before session 37)")
     p.add_argument("--gpu-profile", action="store_true",
                    help="after the measured steps, run one more step under torch.profiler (CUDA) and report "
                         "where its GPU time went (bench/gpu_profile.py): kernels, idle time with and without "
@@ -243,6 +246,8 @@ def parse_args(argv):
             or not math.isfinite(args.early_prefetch_lead or 0) or (args.early_prefetch_lead or 0) < 0:
         p.error("--steps, --profile-steps and --recompute-trials must be at least 1, "
                 "--warmup, --recompute-measure, --retime, --stall-rounds and --early-prefetch-lead at least 0")
+    if args.min_migration_share is not None and not 0 <= args.min_migration_share < 1:
+        p.error("--min-migration-share must be in [0, 1)")
     try:
         for name in ("budget", "reserve", "teraio_budget", "host_budget", "mixed_host_budget", "ssd_capacity",
                      "plan_margin"):
@@ -371,6 +376,7 @@ def open_session(args, mode, device):
                           recast_activations=args.recast_activations == "on", keep_copies=args.keep_copies == "on",
                           retime_steps=args.retime, stall_rounds=args.stall_rounds,
                           early_prefetch_lead=args.early_prefetch_lead,
+                          min_migration_share=args.min_migration_share,
                           reuse_blocks=args.reuse_blocks == "on",
                           hole_bytes=args.hole, plan_margin=args.plan_margin,
                           request_latency=parse_duration(args.plan_latency) if args.plan_latency else None,

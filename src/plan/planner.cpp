@@ -44,8 +44,10 @@ PlanResult plan_once(const Prepared& prep, const Hardware& hw, const PlannerOpti
   Plan& plan = result.plan;
   plan.hardware = hw;
   plan.peak_before = prep.peak_before;
+  const std::uint64_t smallest = detail::smallest_moved_bytes(hw, options);
+  result.stats.smallest_moved = smallest;
   for (const trace::InactivePeriod& p : prep.periods)
-    result.stats.periods += p.idle_ops >= detail::kMinIdleOps;
+    result.stats.periods += detail::movable(p, trace.tensors[p.tensor].bytes, smallest);
   if (n == 0) {
     plan.feasible = result.diagnosis.feasible = true;
     if (demand_after != nullptr) demand_after->clear();
@@ -166,14 +168,17 @@ bool any_tier_usable(const Hardware& hw) {
 }
 
 // Per operator, the memory no plan can move: everything except tensors idle around it long
-// enough to be offloaded before and prefetched after it (needs at least one usable tier).
-std::vector<std::int64_t> memory_floor(const Prepared& prep, const Hardware& hw) {
+// enough to be offloaded before and prefetched after it and large enough to be moved at all
+// (min_migration_share; needs at least one usable tier).
+std::vector<std::int64_t> memory_floor(const Prepared& prep, const Hardware& hw,
+                                       const PlannerOptions& options) {
   const std::size_t n = prep.demand.size();
   std::vector<std::int64_t> floor = prep.demand;
   if (!any_tier_usable(hw)) return floor;
   std::vector<std::int64_t> diff(n + 1, 0);
+  const std::uint64_t smallest = detail::smallest_moved_bytes(hw, options);
   for (const trace::InactivePeriod& p : prep.periods) {
-    if (p.idle_ops < detail::kMinIdleOps) continue;
+    if (!detail::movable(p, prep.trace->tensors[p.tensor].bytes, smallest)) continue;
     const auto s = static_cast<std::int64_t>(prep.trace->tensors[p.tensor].bytes);
     const Window w{(static_cast<std::size_t>(p.last_use) + 1) % n, p.idle_ops};
     // Away from the operator after the offload's to the one before the prefetch's, or to the
@@ -198,7 +203,7 @@ std::string describe_op(const trace::Trace& trace, trace::OpIndex k) {
 void diagnose(const Prepared& prep, const Hardware& hw, const PlannerOptions& options, PlanResult& result) {
   Diagnosis& d = result.diagnosis;
   const trace::Trace& trace = *prep.trace;
-  const std::vector<std::int64_t> floor = memory_floor(prep, hw);
+  const std::vector<std::int64_t> floor = memory_floor(prep, hw, options);
   std::int64_t hard = 0;
   std::size_t worst = 0;
   for (std::size_t k = 0; k < floor.size(); ++k)
@@ -274,6 +279,10 @@ void check_options(const PlannerOptions& options) {
   if (!std::isfinite(options.early_prefetch_lead) || options.early_prefetch_lead < 0) {
     throw Error(ErrorKind::kInvalidArgument,
                 cat("early_prefetch_lead must be a number >= 0 (got ", options.early_prefetch_lead, ")"));
+  }
+  if (!(options.min_migration_share >= 0 && options.min_migration_share < 1)) {
+    throw Error(ErrorKind::kInvalidArgument, cat("min_migration_share must be a number in [0, 1) (got ",
+                                                 options.min_migration_share, ")"));
   }
 }
 

@@ -58,6 +58,7 @@ class Greedy {
         periods_(*in.periods),
         n_(in.demand.size()),
         budget_(static_cast<std::int64_t>(in.hardware.gpu_budget)),
+        smallest_(smallest_moved_bytes(in.hardware, in.options)),
         ledger_(durations(in.start_s), in.hardware),
         demand_(in.demand, demand_weights(in.start_s), budget_),
         host_(n_),
@@ -291,7 +292,7 @@ class Greedy {
       const trace::InactivePeriod& q = periods_[*j];
       if (!only_reads_between(p.tensor, p.next_use, q.last_use)) return;
       if (accepted_at_[*j] != kNone) return;
-      if (q.idle_ops < kMinIdleOps) continue;
+      if (!movable(q, bytes_of(q), smallest_)) continue;
       if (auto c = evaluate(*j)) queue.push({c->score, t.id, q.last_use, *j});
     }
   }
@@ -350,8 +351,7 @@ class Greedy {
     if (demand_.max() <= budget_) return;
     for (std::uint32_t i = 0; i < periods_.size(); ++i) {
       const trace::InactivePeriod& p = periods_[i];
-      // A tensor of 0 bytes frees nothing, and a migration of 0 bytes is not a valid plan entry.
-      if (p.idle_ops < kMinIdleOps || bytes_of(p) == 0) continue;
+      if (!movable(p, bytes_of(p), smallest_)) continue;
       if (auto c = evaluate(i)) queue.push({c->score, in_.trace->tensors[p.tensor].id, p.last_use, i});
     }
     // Lazy re-evaluation: scores only fall as memory drops and bandwidth is booked, so a
@@ -436,6 +436,7 @@ class Greedy {
   const std::vector<trace::InactivePeriod>& periods_;
   std::size_t n_;
   std::int64_t budget_;
+  std::uint64_t smallest_;  // tensors below this stay where they are (min_migration_share)
   BandwidthLedger ledger_;
   DemandTree demand_;
   OccupancyTree host_;

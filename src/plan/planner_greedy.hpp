@@ -62,4 +62,16 @@ GreedyResult run_greedy(const GreedyInput& input);
 // one where the tensor is away, one to prefetch during.
 inline constexpr std::uint32_t kMinIdleOps = 3;
 
+// The smallest tensor the planner moves (PlannerOptions::min_migration_share of the budget).
+inline std::uint64_t smallest_moved_bytes(const Hardware& hardware, const PlannerOptions& options) {
+  return static_cast<std::uint64_t>(options.min_migration_share * static_cast<double>(hardware.gpu_budget));
+}
+
+// Whether a period of a tensor of `bytes` may move at all: long enough (kMinIdleOps), not
+// smaller than `smallest`, and not empty (a tensor of 0 bytes frees nothing, and a migration
+// of 0 bytes is not a valid plan entry).
+inline bool movable(const trace::InactivePeriod& p, std::uint64_t bytes, std::uint64_t smallest) {
+  return p.idle_ops >= kMinIdleOps && bytes > 0 && bytes >= smallest;
+}
+
 }  // namespace teraio::plan::detail

@@ -174,6 +174,7 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   c.retime_steps = get("retime_steps", 0);
   c.stall_rounds = get("stall_rounds", c.stall_rounds);
   c.early_prefetch_lead = get("early_prefetch_lead", c.early_prefetch_lead);
+  c.min_migration_share = get("min_migration_share", c.min_migration_share);
   c.rank = get("rank", 0);
   c.min_tensor_bytes = get("min_tensor_bytes", std::uint64_t{4096});
   c.d2h_bandwidth = get("d2h", 0.0);
@@ -353,6 +354,7 @@ void bind_session(py::module_& m) {
              d["hardware"] = s.session->hardware().describe();
              d["plan_margin_bytes"] = s.session->plan_margin();
              d["early_prefetch_lead"] = s.session->config().early_prefetch_lead;
+             d["min_migration_share"] = s.session->config().min_migration_share;
              d["record_releases"] = s.session->config().record_releases;
              return d;
            })

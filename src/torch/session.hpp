@@ -62,6 +62,10 @@ struct SessionConfig {
   // Without record_releases it moves prefetches into memory the program has not given back yet
   // and evicts for it (bench/RESULTS.md, sessions 35-36).
   double early_prefetch_lead = plan::PlannerOptions{}.early_prefetch_lead;
+  // Storages smaller than this share of the GPU budget stay on the device
+  // (plan::PlannerOptions::min_migration_share, 1/65536): their copies cost the runtime more
+  // than the memory they free (W3, bench/RESULTS.md, session 37).
+  double min_migration_share = plan::PlannerOptions{}.min_migration_share;
   int rank = 0;
   std::uint64_t min_tensor_bytes = 4096;  // smaller storages are not worth an I/O request
   // Bandwidths in bytes/s for the planner; 0: measured by a probe of the tiers at start-up.

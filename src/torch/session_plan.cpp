@@ -17,6 +17,7 @@ plan::PlannerOptions Session::planner_options() const {
   plan::PlannerOptions options;
   options.stall_rounds = config_.stall_rounds;
   options.early_prefetch_lead = config_.early_prefetch_lead;
+  options.min_migration_share = config_.min_migration_share;
   return options;
 }
 

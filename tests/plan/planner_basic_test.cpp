@@ -243,6 +243,50 @@ TEST(Planner, NothingToDoWhenTheTraceFits) {
   EXPECT_EQ(r.plan.peak_after, 160u);
 }
 
+// T (100 B) and S (8 B) are idle around U's use (104 B) at ops 4-5; the budget of 110 B needs
+// both away there. Any size may move: both leave and the plan fits. With S under
+// min_migration_share of the budget (0.2 x 110 = 22 B), S stays where it is and the plan is over
+// budget by 2 B, which the diagnosis counts as memory no plan can move.
+TEST(Planner, TensorsUnderTheSmallestShareStayOnTheDevice) {
+  trace::Trace t = ops_trace(10);
+  add_tensor(t, 100, {0, 9});
+  add_tensor(t, 8, {0, 9});
+  add_tensor(t, 104, {4, 5});
+  const trace::TensorId small = t.tensors[1].id;
+  const auto moves = [](const Plan& plan, trace::TensorId id) {
+    std::size_t count = 0;
+    for (const Migration& m : plan.migrations) count += m.tensor == id;
+    return count;
+  };
+  PlannerOptions any_size;
+  any_size.min_migration_share = 0;
+  const PlanResult all = make_plan(t, uniform_hardware(110, 100), any_size);
+  ASSERT_TRUE(all.plan.feasible) << all.diagnosis.message;
+  EXPECT_EQ(moves(all.plan, small), 2u);
+  PlannerOptions options;
+  options.min_migration_share = 0.2;
+  options.stall_rounds = 0;
+  const PlanResult kept = make_plan(t, uniform_hardware(110, 100), options);
+  EXPECT_EQ(moves(kept.plan, small), 0u);
+  EXPECT_EQ(moves(kept.plan, t.tensors[0].id), 2u);
+  EXPECT_FALSE(kept.plan.feasible);
+  EXPECT_EQ(kept.plan.peak_after, 112u);
+  EXPECT_LT(kept.stats.periods, all.stats.periods);
+  EXPECT_EQ(kept.stats.smallest_moved, 22u);  // 0.2 x 110 B
+  EXPECT_EQ(all.stats.smallest_moved, 0u);
+  EXPECT_GE(kept.diagnosis.min_feasible_budget, 112u);
+  // With the stall search, S still stays.
+  options.stall_rounds = PlannerOptions{}.stall_rounds;
+  EXPECT_EQ(moves(make_plan(t, uniform_hardware(110, 100), options).plan, small), 0u);
+  // The default share of this tiny budget is under a byte: every size moves, as before.
+  EXPECT_EQ(moves(make_plan(t, uniform_hardware(110, 100)).plan, small), 2u);
+  for (const double share : {-0.1, 1.0, std::nan("")}) {
+    PlannerOptions bad;
+    bad.min_migration_share = share;
+    EXPECT_THROW(check_options(bad), Error) << share;
+  }
+}
+
 TEST(Planner, RejectsInvalidInput) {
   trace::Trace t = idle_tensor_trace();
   EXPECT_THROW(make_plan(t, uniform_hardware(0, 100)), Error);

@@ -131,7 +131,7 @@ def test_pcie_duplex_plan_latency_margin_and_lead_reach_the_planner_and_the_tabl
     done = run_bench("--workload", "tiny", "--modes", "ideal,teraio-ssd", "--steps", "2", "--teraio-budget", "1MiB",
                      "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--out", str(out),
                      "--pcie-duplex", "1.5GB/s", "--plan-latency", "2ms", "--plan-margin", "128KiB",
-                     "--early-prefetch-lead", "7", "--plan-pcie", "2GB/s")
+                     "--early-prefetch-lead", "7", "--plan-pcie", "2GB/s", "--min-migration-share", "0.001")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     entry = json.loads((out / "tiny-nocap.json").read_text())["modes"]["teraio-ssd"]
     assert entry["summary"]["exact"] is True
@@ -144,6 +144,8 @@ def test_pcie_duplex_plan_latency_margin_and_lead_reach_the_planner_and_the_tabl
     assert "0.125 MiB kept free below the budget" in done.stdout
     assert entry["teraio"]["plan"]["early_prefetch_lead"] == 7
     assert "prefetches moved up to 7 transfer times earlier" in done.stdout
+    assert entry["teraio"]["plan"]["min_migration_share"] == 0.001
+    assert "storages under 1/1000 of the budget kept on the device" in done.stdout
     assert "PCIe d2h 2.00 GB/s h2d 2.00 GB/s" in entry["teraio"]["plan"]["hardware"], entry["teraio"]["plan"]
 
 
@@ -161,6 +163,7 @@ def test_a_bad_plan_latency_is_refused(tmp_path, time, says):
     ("--plan-latency", "2s", "time '2s': want 0 to 1 s"),
     ("--plan-latency", "soon", "time 'soon': "),
     ("--plan-margin", "wide", "wide"),
+    ("--min-migration-share", "1", "--min-migration-share must be in [0, 1)"),
 ])
 def test_a_bad_link_model_is_refused(tmp_path, option, value, says):
     done = run_bench("--workload", "tiny", "--modes", "teraio-ssd", option, value, "--out", str(tmp_path))

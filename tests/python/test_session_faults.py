@@ -201,6 +201,10 @@ def test_bad_arguments_are_refused(tmp_path):
         with pytest.raises(teraio.Error, match="early_prefetch_lead must be a number >= 0"):
             teraio.Session(device="cpu", early_prefetch_lead=lead)
     assert teraio.Session(device="cpu").report()["plan"]["early_prefetch_lead"] == 100
+    for share in (-0.1, 1, float("nan")):
+        with pytest.raises(teraio.Error, match=r"min_migration_share must be a number in \[0, 1\)"):
+            teraio.Session(device="cpu", min_migration_share=share)
+    assert teraio.Session(device="cpu").report()["plan"]["min_migration_share"] == 1 / 65536
     assert teraio.Session(device="cpu").report()["plan"]["record_releases"] is True
     assert teraio.Session(device="cpu", gpu_budget="64MiB").report()["plan"]["plan_margin_bytes"] == (64 << 20) // 256
     for latency in (-1e-6, 2, float("nan")):

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -45,6 +46,8 @@ int run_plan(const std::vector<std::string>& raw_args) {
   opts.add_flag("no-early-prefetch", "skip the pass that moves prefetches earlier");
   opts.add("early-prefetch-lead", "how far earlier that pass may move a prefetch, in its own transfer times",
            cat(plan::PlannerOptions{}.early_prefetch_lead));
+  opts.add("min-migration-share", "never move a tensor smaller than this share of the budget (0: any size)",
+           cat(plan::PlannerOptions{}.min_migration_share));
   opts.add_flag("over-budget-credit", "credit a migration only with the over-budget bytes it removes");
   add_stall_options(opts);
   add_hardware_options(opts);
@@ -66,6 +69,9 @@ int run_plan(const std::vector<std::string>& raw_args) {
   po.early_prefetch_lead = opts.number("early-prefetch-lead");
   if (!std::isfinite(po.early_prefetch_lead) || po.early_prefetch_lead < 0)
     throw Error(ErrorKind::kInvalidArgument, "--early-prefetch-lead must be a number >= 0");
+  po.min_migration_share = opts.number("min-migration-share");
+  if (!(po.min_migration_share >= 0 && po.min_migration_share < 1))
+    throw Error(ErrorKind::kInvalidArgument, "--min-migration-share must be a number in [0, 1)");
   po.credit_over_budget_only = opts.flag("over-budget-credit");
   po.diagnosis_probes = static_cast<int>(opts.integer("probes"));
   apply_stall_options(opts, po);
@@ -73,8 +79,9 @@ int run_plan(const std::vector<std::string>& raw_args) {
   const plan::PlanStats& s = r.stats;
 
   std::printf("%s\n", hw.describe().c_str());
-  std::printf("trace: %zu operators, %zu tensors, %zu inactive periods to choose from\n", t.ops.size(),
-              t.tensors.size(), s.periods);
+  std::printf(
+      "trace: %zu operators, %zu tensors, %zu inactive periods to choose from (tensors of %s and more)\n",
+      t.ops.size(), t.tensors.size(), s.periods, format_bytes(s.smallest_moved).c_str());
   std::printf("peak memory: %s without migrations, %s with the plan (budget %s): %s\n",
               format_bytes(r.plan.peak_before).c_str(), format_bytes(r.plan.peak_after).c_str(),
               format_bytes(hw.gpu_budget).c_str(), r.plan.feasible ? "fits" : "DOES NOT FIT");

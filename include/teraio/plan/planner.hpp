@@ -26,6 +26,13 @@ struct PlannerOptions {
   // releases recorded, ran W3 2.7% and W2 @ 16 GiB 4.0% faster than 3 without them on the GPU
   // (bench/RESULTS.md, sessions 33 and 36).
   double early_prefetch_lead = 100.0;
+  // Tensors smaller than this share of the GPU budget are never moved (1/65536: 1.2 MiB at
+  // W3's 74 GiB, 16 bytes at a 1 MiB budget). They free next to nothing, and each move costs a
+  // copy each way that the model books at its bytes plus one request latency, while the GPU
+  // runtime served them late: W3's 1-of-32 plan moved 3 800 tensors under 64 KiB (52 MiB a
+  // step), and the device waited 3.2 of its 6.2 s of copy waits at operators where only such
+  // copies were due (bench/RESULTS.md, session 37). 0 moves any size.
+  double min_migration_share = 1.0 / 65536;
   // Credit a migration only with the over-budget part of the memory it frees, per byte
   // moved: Σ τ[k]·min(size, M[k] − budget) / size over the operators it covers (bounded
   // above by min(Σ τ_over, Σ τ·excess / size)). Off: the paper's size × Σ τ[k] over the
@@ -60,12 +67,13 @@ struct PlannerOptions {
 
 // What the planner did, for reports and for comparing planner variants.
 struct PlanStats {
-  std::size_t periods = 0;          // inactive periods long enough to migrate in
-  std::size_t evaluations = 0;      // candidate (re)scorings: the greedy's work
-  std::size_t offloads = 0;         // periods moved out (each gives an offload and a prefetch)
-  std::size_t urgent = 0;           // migrations that must finish before the next operator
-  std::uint64_t bytes_to_ssd = 0;   // per step
-  std::uint64_t bytes_to_host = 0;  // per step
+  std::size_t periods = 0;           // inactive periods long and large enough to migrate in
+  std::uint64_t smallest_moved = 0;  // bytes of the smallest tensor the plan may move (min_migration_share)
+  std::size_t evaluations = 0;       // candidate (re)scorings: the greedy's work
+  std::size_t offloads = 0;          // periods moved out (each gives an offload and a prefetch)
+  std::size_t urgent = 0;            // migrations that must finish before the next operator
+  std::uint64_t bytes_to_ssd = 0;    // per step
+  std::uint64_t bytes_to_host = 0;   // per step
   // Offloads that drop the device memory because the tier kept an unchanged copy
   // (Migration::kept_copy), and their bytes per step: not in bytes_to_ssd or bytes_to_host.
   std::size_t clean_offloads = 0;
@@ -106,7 +114,8 @@ struct PlanResult {
 };
 
 // Throws Error{kInvalidArgument} naming the first option out of range (stall_rounds < 0,
-// stall_patience < 1, early_prefetch_lead not a number >= 0). make_plan calls it; a caller that
+// stall_patience < 1, early_prefetch_lead not a number >= 0, min_migration_share outside
+// [0, 1)). make_plan calls it; a caller that
 // takes options long before it plans (teraio.Session) calls it up front.
 void check_options(const PlannerOptions& options);
 
