@@ -1,7 +1,8 @@
 """Where a planned step's device stall went, against where the plan's simulation put it.
 
 The runtime times every wait for a copy that it queues on the compute stream
-(`Session.device_waits()`: operator, kind, seconds); `teraio simulate TRACE PLAN --timeline T`
+(`Session.device_waits()`: operator, kind, seconds, and since session 37 where the copy stood:
+queued, flushed or gated); `teraio simulate TRACE PLAN --timeline T`
 writes the simulated step, each operator with the stall before it. This lines the two up by
 operator and by stretch of the step (each micro-batch's forward and backward, the optimizer), so
 that a runtime trailing its plan shows where it loses the time: everywhere a little (a per-copy
@@ -50,13 +51,44 @@ def simulated_ops(timeline):
 
 
 def measured_by_op(waits):
-    """{op index: {kind: seconds}} from Session.device_waits()'s (op, kind, seconds) triples."""
+    """{op index: {kind: seconds}} from Session.device_waits()'s (op, kind, seconds[, how])."""
     by_op = collections.defaultdict(lambda: dict.fromkeys(KINDS, 0.0))
-    for op, kind, seconds in waits:
+    for op, kind, seconds, *_ in waits:
         if kind not in KINDS:
             raise ValueError(f"unknown device wait kind {kind!r}")
         by_op[int(op)][kind] += seconds
     return dict(by_op)
+
+
+def by_how(waits):
+    """{how: [waits, seconds]}: where each waited-for copy stood as the wait was queued ("queued",
+    "flushed", "gated", "done"; session 37 on). Empty for waits recorded without it."""
+    how = collections.defaultdict(lambda: [0, 0.0])
+    for _, _, seconds, *rest in waits:
+        if rest:
+            how[rest[0]][0] += 1
+            how[rest[0]][1] += seconds
+    return dict(how)
+
+
+TINY_BYTES = 64 << 10
+
+
+def by_copy_due(waits, migrations):
+    """Copy-in seconds split by what the plan (its "migrations") has due at the waiting operator:
+    every prefetch due there under 64 KiB, one of 64 KiB or more, or none. Session 37 found W3's
+    copy-in waits about half at operators where only tiny copies were due."""
+    largest = {}
+    for m in migrations:
+        if m["direction"] == "prefetch":
+            largest[m["deadline"]] = max(largest.get(m["deadline"], 0), m["bytes"])
+    split = {"under 64 KiB": 0.0, "64 KiB or more": 0.0, "none due": 0.0}
+    for op, kind, seconds, *_ in waits:
+        if kind != "copy in":
+            continue
+        due = largest.get(op)
+        split["none due" if due is None else "under 64 KiB" if due < TINY_BYTES else "64 KiB or more"] += seconds
+    return split
 
 
 def stretches(ops):
@@ -122,6 +154,12 @@ def describe(report, min_s=0.01):
                      f"{r['copy out'] + r['abandoned copy out']:5.3f}")
     if quiet:
         lines.append(f"({quiet} stretches with less than {min_s * 1e3:.0f} ms either way left out)")
+    if report.get("by_how"):
+        lines.append("where each copy stood as the wait was queued: " + ", ".join(
+            f"{how} {n} waits {s:.3f} s" for how, (n, s) in sorted(report["by_how"].items())))
+    if report.get("copy_in_by_due"):
+        lines.append("copy-in waits by the largest prefetch due at the operator: " + ", ".join(
+            f"{k} {s:.3f} s" for k, s in report["copy_in_by_due"].items()))
     lines.append("operators that waited longest beyond their simulated stall:")
     for w in report["worst"]:
         lines.append(f"  op {w['op']} {w['name']} ({w['phase']}): in {w['copy in']:.4f} s, out "
@@ -169,6 +207,9 @@ def main(argv=None):
                 else simulate(args.teraio, args.trace, args.plan, extra))
     report = compare(step["waits"], simulated_ops(timeline), args.worst)
     report["step"] = step["step"]
+    report["by_how"] = by_how(step["waits"])
+    if args.plan:
+        report["copy_in_by_due"] = by_copy_due(step["waits"], json.loads(pathlib.Path(args.plan).read_text())["migrations"])
     print(f"step {step['step']}: {step['time_s']:.3f} s, device stall {step['device_stall_s']:.3f} s")
     print("\n".join(describe(report)))
     if args.json:

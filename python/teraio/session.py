@@ -266,12 +266,15 @@ class Session:
             self._native.set_migrations(list(self._plan_filter(self._native.migrations())))
 
     def device_waits(self):
-        """Where the last step's ``device_stall_s`` went: a list of ``(op, kind, seconds)``, one
-        per wait for a copy that held the compute stream, in the order queued. ``op`` is the
+        """Where the last step's ``device_stall_s`` went: a list of ``(op, kind, seconds, how)``,
+        one per wait for a copy that held the compute stream, in the order queued. ``op`` is the
         index of the operator whose callbacks queued the wait (it holds that operator's kernels,
         or the next one's); ``kind`` is ``"copy in"`` (a tensor not back yet), ``"copy out"``
-        (memory not free yet) or ``"abandoned copy out"``. Empty on a CPU or while not
-        observing."""
+        (memory not free yet) or ``"abandoned copy out"``; ``how`` is where the copy stood then:
+        ``"queued"`` (all of it on its stream already), ``"flushed"`` (the rest put on the
+        link's stream then), ``"gated"`` (the rest put on the side stream behind a device-side
+        wait for the compute marker the copy was issued at: the host had run ahead of the GPU)
+        or ``"done"``. Empty on a CPU or while not observing."""
         return self._native.device_waits()
 
     @contextlib.contextmanager

@@ -27,15 +27,16 @@ class CopyLane::Event final : public CopyEvent {
     lane_->progress_.wait(lock, [&] { return copy_->complete; });
     if (copy_->error) std::rethrow_exception(copy_->error);
   }
-  void block_stream(void* stream) override {
+  StreamWait block_stream(void* stream) override {
     std::lock_guard lock(lane_->mutex_);
-    if (copy_->complete) return;  // its event may serve another copy by now: nothing to wait for
-    lane_->flush_for(*copy_, static_cast<cudaStream_t>(stream), RestOfCopy::kQueue);
+    // Its event may serve another copy by now: nothing to wait for.
+    if (copy_->complete) return StreamWait::kDone;
+    return lane_->flush_for(*copy_, static_cast<cudaStream_t>(stream), RestOfCopy::kQueue).how;
   }
   std::size_t abandon(void* stream) override {
     std::lock_guard lock(lane_->mutex_);
     if (copy_->complete) return 0;
-    return lane_->flush_for(*copy_, static_cast<cudaStream_t>(stream), RestOfCopy::kDrop);
+    return lane_->flush_for(*copy_, static_cast<cudaStream_t>(stream), RestOfCopy::kDrop).dropped;
   }
 
  private:
@@ -93,17 +94,18 @@ void CopyLane::wait_for(cudaStream_t compute) {
   markers_.emplace_back(++last_marker_, event);
 }
 
-std::size_t CopyLane::flush_for(Copy& copy, cudaStream_t stream, RestOfCopy what_of_rest) {
+CopyLane::Flushed CopyLane::flush_for(Copy& copy, cudaStream_t stream, RestOfCopy what_of_rest) {
   // Before the rest leaves the schedule: a rest taken out and never submitted would not complete.
   check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
   bool started = true;
-  std::size_t dropped = 0;
+  Flushed flushed{0, StreamWait::kQueued};
   if (auto rest = schedule_.take_rest(copy.id)) {
+    flushed.how = StreamWait::kFlushed;
     if (what_of_rest == RestOfCopy::kDrop) {
       // An empty last chunk records the copy's event behind the chunks already queued, so that
       // it completes as any copy does; it reads nothing, so it need not wait for the marker.
       started = rest->offset > 0;
-      dropped = std::exchange(rest->bytes, 0);
+      flushed.dropped = std::exchange(rest->bytes, 0);
       submit(*rest);
     } else if (copy.marker > passed_marker_) {
       // Its marker has not passed yet, so none of it is on the lane's stream: the side stream
@@ -116,12 +118,13 @@ std::size_t CopyLane::flush_for(Copy& copy, cudaStream_t stream, RestOfCopy what
       activity_.gated_bytes += rest->bytes;
       submit(*rest, side_.get(), side_queued_);
       side_queued_.back().marker = copy.marker;
+      flushed.how = StreamWait::kGated;
     } else {
       submit(*rest);
     }
   }
   if (started) check(cudaStreamWaitEvent(stream, copy.done, 0), cat("cudaStreamWaitEvent(", copy.what, ")"));
-  return dropped;
+  return flushed;
 }
 
 void CopyLane::retire_finished(std::deque<Queued>& queued) {

@@ -89,8 +89,14 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   enum class RestOfCopy { kQueue, kDrop };
   // Takes the rest of a copy off the schedule and makes `stream` wait for what of the copy is
   // on the lane's or the side stream then (nothing to wait for when its rest was dropped whole). Under the
-  // lock, so that its event cannot be retired and reused meanwhile. Returns the bytes dropped.
-  std::size_t flush_for(Copy& copy, cudaStream_t stream, RestOfCopy what_of_rest);
+  // lock, so that its event cannot be retired and reused meanwhile. Returns the bytes dropped
+  // and where the copy stood: all of it queued already, its rest flushed onto the lane's
+  // stream, or onto the side stream (gated).
+  struct Flushed {
+    std::size_t dropped = 0;
+    StreamWait how = StreamWait::kQueued;
+  };
+  Flushed flush_for(Copy& copy, cudaStream_t stream, RestOfCopy what_of_rest);
 
   int device_;
   cudaMemcpyKind kind_;

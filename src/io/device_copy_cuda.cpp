@@ -38,9 +38,10 @@ class CudaCopyEvent final : public CopyEvent {
   void wait() override { check(cudaEventSynchronize(event_), cat("cudaEventSynchronize(", what_, ")")); }
   // The wait binds to the event's latest record, so the event may go back to the pool and be
   // recorded again by another copy without changing what this stream waits for.
-  void block_stream(void* stream) override {
+  StreamWait block_stream(void* stream) override {
     check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), event_, 0),
           cat("cudaStreamWaitEvent(", what_, ")"));
+    return StreamWait::kQueued;  // issue order: every copy goes onto its stream when issued
   }
 
  private:

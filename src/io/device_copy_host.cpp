@@ -15,7 +15,7 @@ class CompletedEvent final : public CopyEvent {
  public:
   bool ready() override { return true; }
   void wait() override {}
-  void block_stream(void*) override {}
+  StreamWait block_stream(void*) override { return StreamWait::kDone; }
 };
 
 class HostCopier final : public DeviceCopier {
@@ -43,6 +43,16 @@ class HostCopier final : public DeviceCopier {
 };
 
 }  // namespace
+
+std::string_view to_string(StreamWait how) {
+  switch (how) {
+    case StreamWait::kDone: return "done";
+    case StreamWait::kQueued: return "queued";
+    case StreamWait::kFlushed: return "flushed";
+    case StreamWait::kGated: return "gated";
+  }
+  return "?";
+}
 
 std::string_view to_string(CopyOrder order) {
   return order == CopyOrder::kIssue ? "issue" : "deadline";

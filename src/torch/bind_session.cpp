@@ -247,7 +247,8 @@ void bind_session(py::module_& m) {
            [](const NativeSession& s) {
              py::list out;
              for (const DeviceWait& w : s.session->device_waits())
-               out.append(py::make_tuple(w.op, to_string(w.kind), w.seconds));
+               out.append(
+                   py::make_tuple(w.op, to_string(w.kind), w.seconds, std::string(io::to_string(w.how))));
              return out;
            })
       .def("abort_step",

@@ -48,11 +48,14 @@ class CudaWaitClock final : public DeviceWaitClock {
   CudaWaitClock& operator=(const CudaWaitClock&) = delete;
 
   void block(io::CopyEvent& copy, std::uint32_t op, DeviceWaitKind kind) override {
-    measured(op, kind, [&](cudaStream_t stream) { copy.block_stream(stream); });
+    measured(op, kind, [&](cudaStream_t stream) { return copy.block_stream(stream); });
   }
   std::size_t block_started(io::CopyEvent& copy, std::uint32_t op) override {
     std::size_t dropped = 0;
-    measured(op, DeviceWaitKind::kAbandoned, [&](cudaStream_t stream) { dropped = copy.abandon(stream); });
+    measured(op, DeviceWaitKind::kAbandoned, [&](cudaStream_t stream) {
+      dropped = copy.abandon(stream);
+      return io::StreamWait::kFlushed;  // its rest dropped, or queued behind what it has started
+    });
     return dropped;
   }
 
@@ -64,14 +67,16 @@ class CudaWaitClock final : public DeviceWaitClock {
       check_cuda(cudaEventElapsedTime(&ms, pairs_[i].first, pairs_[i].second), "cudaEventElapsedTime");
       const double seconds = static_cast<double>(ms) / 1e3;
       total += seconds;
-      if (waits != nullptr && ms > 0) waits->push_back(DeviceWait{tags_[i].op, tags_[i].kind, seconds});
+      if (waits != nullptr && ms > 0)
+        waits->push_back(DeviceWait{tags_[i].op, tags_[i].kind, seconds, tags_[i].how});
     }
     used_ = 0;
     return total;
   }
 
  private:
-  // Queues `wait` on the compute stream between two events that time it.
+  // Queues `wait` on the compute stream between two events that time it; `wait` returns where
+  // the copy stood (io::StreamWait).
   template <typename Wait>
   void measured(std::uint32_t op, DeviceWaitKind kind, Wait&& wait) {
     if (used_ == pairs_.size()) {
@@ -86,7 +91,7 @@ class CudaWaitClock final : public DeviceWaitClock {
     auto [before, after] = pairs_[used_];
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
     check_cuda(cudaEventRecord(before, stream), "cudaEventRecord(before a device wait)");
-    wait(stream);
+    tags_[used_].how = wait(stream);
     check_cuda(cudaEventRecord(after, stream), "cudaEventRecord(after a device wait)");
     ++used_;
   }

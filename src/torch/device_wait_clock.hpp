@@ -25,6 +25,10 @@ struct DeviceWait {
   std::uint32_t op = 0;
   DeviceWaitKind kind = DeviceWaitKind::kCopyIn;
   double seconds = 0;
+  // Where the copy stood as the wait was queued: all of it on the lane's stream already, its
+  // rest flushed onto it then, or onto the side stream behind its compute marker (gated).
+  // Abandoned copies count as flushed.
+  io::StreamWait how = io::StreamWait::kQueued;
 };
 
 class DeviceWaitClock {

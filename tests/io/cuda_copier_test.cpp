@@ -219,9 +219,10 @@ TEST(CudaCopier, AFlushBeforeItsMarkerPassedIsCountedAsGated) {
   holding->block_stream(nullptr);                              // the compute stream waits ~20 ms
   copier->wait_for_stream(nullptr, CopyDirection::kToDevice);  // the marker: after that wait
   auto gated = copier->to_device(small.data(), host.data(), kSmall, {false, 1});
-  gated->block_stream(nullptr);
+  EXPECT_EQ(gated->block_stream(nullptr), StreamWait::kGated);
   gated->wait();
   holding->wait();
+  EXPECT_EQ(gated->block_stream(nullptr), StreamWait::kDone);  // a completed copy: nothing to wait for
   const LinkActivity in = copier->take_link_activity()->to_device;
   EXPECT_EQ(in.gated_flushes, 1u);
   EXPECT_EQ(in.gated_bytes, kSmall);

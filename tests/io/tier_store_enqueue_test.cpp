@@ -121,7 +121,7 @@ class GatedCopier final : public DeviceCopier {
       copier_.completed_.wait(lock, [&] { return copy_->done; });
       if (copy_->fails) throw Error(ErrorKind::kCuda, "copy failed on the test device");
     }
-    void block_stream(void*) override {}
+    StreamWait block_stream(void*) override { return StreamWait::kDone; }
 
    private:
     GatedCopier& copier_;

@@ -65,6 +65,29 @@ def test_the_waits_are_summed_per_stretch_and_the_worst_excess_comes_first():
     assert "forward 1" not in text and "(3 stretches with less than 3 ms either way left out)" in text
 
 
+def test_waits_say_where_their_copy_stood_and_what_was_due():
+    # Since session 37 each wait carries where its copy stood; older files have triples.
+    waits = [(3, "copy in", 0.004, "gated"), (5, "copy in", 0.020, "gated"), (7, "copy in", 0.001, "queued"),
+             (6, "copy out", 0.002, "flushed")]
+    assert device_stalls.by_how(waits) == {"gated": [2, pytest.approx(0.024)], "queued": [1, 0.001],
+                                           "flushed": [1, 0.002]}
+    assert device_stalls.by_how([(3, "copy in", 0.004)]) == {}
+    assert device_stalls.measured_by_op(waits)[3]["copy in"] == pytest.approx(0.004)
+    # Op 3 has only a 16 KiB prefetch due, op 5 one of 16 KiB and one of 1 MiB, op 7 none.
+    plan = [{"direction": "prefetch", "deadline": 3, "bytes": 16 << 10},
+            {"direction": "prefetch", "deadline": 5, "bytes": 16 << 10},
+            {"direction": "prefetch", "deadline": 5, "bytes": 1 << 20},
+            {"direction": "offload", "deadline": 7, "bytes": 1 << 30}]
+    split = device_stalls.by_copy_due(waits, plan)
+    assert split == {"under 64 KiB": pytest.approx(0.004), "64 KiB or more": pytest.approx(0.020),
+                     "none due": pytest.approx(0.001)}
+    report = device_stalls.compare(waits, device_stalls.simulated_ops(TIMELINE))
+    report["by_how"], report["copy_in_by_due"] = device_stalls.by_how(waits), split
+    text = "\n".join(device_stalls.describe(report))
+    assert "where each copy stood as the wait was queued: flushed 1 waits 0.002 s, gated 2 waits 0.024 s" in text
+    assert "largest prefetch due at the operator: under 64 KiB 0.004 s, 64 KiB or more 0.020 s" in text
+
+
 def test_an_unknown_wait_kind_is_refused():
     with pytest.raises(ValueError, match="unknown device wait kind"):
         device_stalls.measured_by_op([(1, "copy sideways", 0.1)])

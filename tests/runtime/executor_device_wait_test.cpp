@@ -64,7 +64,10 @@ class GatedCopier final : public io::DeviceCopier {
       copier_.completed_.wait(lock, [&] { return copy_->done; });
       if (copy_->fails) throw Error(ErrorKind::kCuda, "copy failed on the test device");
     }
-    void block_stream(void*) override { ++copier_.block_streams_; }
+    io::StreamWait block_stream(void*) override {
+      ++copier_.block_streams_;
+      return io::StreamWait::kQueued;
+    }
     // As if none of it had started: the whole copy is dropped.
     std::size_t abandon(void*) override {
       ++copier_.abandons_;

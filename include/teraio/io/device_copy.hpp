@@ -30,6 +30,17 @@ std::string_view to_string(CopyOrder order);
 // "issue" or "deadline"; throws Error{kInvalidArgument} for anything else.
 CopyOrder parse_copy_order(std::string_view text);
 
+// Where a copy stood when a stream was made to wait for it (CopyEvent::block_stream): done
+// (nothing to wait for; the host copier's copies always are), all of it already on a stream,
+// its rest queued on the lane's stream then (its compute marker had passed), or its rest queued
+// on the side stream behind a device-side wait for its marker (deadline order; the side stream
+// runs its copies in the order they come). Which it was tells a late copy's cause apart: a link
+// behind its plan, or a copy issued before the GPU reached the point it may start at (W3's
+// 16 KiB prefetches waited 20-30 ms each, bench/RESULTS.md session 37).
+enum class StreamWait : std::uint8_t { kDone, kQueued, kFlushed, kGated };
+// "done", "queued", "flushed" or "gated".
+std::string_view to_string(StreamWait how);
+
 // Completion of one asynchronous copy. wait() rethrows a copy failure as teraio::Error.
 class CopyEvent {
  public:
@@ -39,7 +50,8 @@ class CopyEvent {
   // Makes the work queued on `stream` (a cudaStream_t) after this call wait for the copy, on
   // the device: the host does not block, so the GPU's queue of launched kernels is not drained.
   // The host copier has no streams and its copies have completed already: nothing to do.
-  virtual void block_stream(void* stream) = 0;
+  // Returns where the copy stood then.
+  virtual StreamWait block_stream(void* stream) = 0;
   // The copy's result is no longer wanted, but its source memory stays in use (an offload
   // taken back while it runs): drops the bytes it has not started where the copier can, and
   // makes the work queued on `stream` after this call wait, on the device, for the bytes it
