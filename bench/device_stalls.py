@@ -62,10 +62,11 @@ def measured_by_op(waits):
 
 def by_how(waits):
     """{how: [waits, seconds]}: where each waited-for copy stood as the wait was queued ("queued",
-    "flushed", "gated", "done"; session 37 on). Empty for waits recorded without it."""
+    "flushed", "gated", "done"; session 37 on), copies in and out. Abandoned copies out are left
+    out (the runtime tags them all "flushed"). Empty for waits recorded without it."""
     how = collections.defaultdict(lambda: [0, 0.0])
-    for _, _, seconds, *rest in waits:
-        if rest:
+    for _, kind, seconds, *rest in waits:
+        if rest and kind != "abandoned copy out":
             how[rest[0]][0] += 1
             how[rest[0]][1] += seconds
     return dict(how)
@@ -76,18 +77,19 @@ TINY_BYTES = 64 << 10
 
 def by_copy_due(waits, migrations):
     """Copy-in seconds split by what the plan (its "migrations") has due at the waiting operator:
-    every prefetch due there under 64 KiB, one of 64 KiB or more, or none. Session 37 found W3's
-    copy-in waits about half at operators where only tiny copies were due."""
+    every prefetch due there under 64 KiB, one of 64 KiB or more, or no prefetch due there (a copy
+    in the plan has due elsewhere, or a fetch on demand). Session 37 found W3's copy-in waits
+    about half at operators where only tiny copies were due."""
     largest = {}
     for m in migrations:
         if m["direction"] == "prefetch":
             largest[m["deadline"]] = max(largest.get(m["deadline"], 0), m["bytes"])
-    split = {"under 64 KiB": 0.0, "64 KiB or more": 0.0, "none due": 0.0}
+    split = {"under 64 KiB": 0.0, "64 KiB or more": 0.0, "no prefetch due there": 0.0}
     for op, kind, seconds, *_ in waits:
         if kind != "copy in":
             continue
         due = largest.get(op)
-        split["none due" if due is None else "under 64 KiB" if due < TINY_BYTES else "64 KiB or more"] += seconds
+        split["no prefetch due there" if due is None else "under 64 KiB" if due < TINY_BYTES else "64 KiB or more"] += seconds
     return split
 
 

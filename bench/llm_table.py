@@ -23,6 +23,12 @@ def fmt_size(n):
     return f"{n:.0f} B"
 
 
+def share_text(share):
+    """A share of the budget as 1/N when it is one (min_migration_share's 1/65536), else as is."""
+    whole = round(1 / share)
+    return f"1/{whole}" if abs(share * whole - 1) < 1e-9 else f"{share:g}"
+
+
 def median_of(steps, key):
     values = [s[key] for s in steps if s.get(key) is not None]
     return statistics.median(values) if values else None
@@ -119,8 +125,8 @@ def table_notes(table):
                 if plan.get("plan_margin_bytes") else ""
             lead = f"; prefetches moved up to {plan['early_prefetch_lead']:g} transfer times earlier" \
                 if plan.get("early_prefetch_lead") is not None else ""
-            smallest = f"; storages under 1/{1 / plan['min_migration_share']:.0f} of the budget kept on the device" \
-                if plan.get("min_migration_share") else ""
+            share = plan.get("min_migration_share")
+            smallest = f"; storages under {share_text(share)} of the budget never planned to move" if share else ""
             notes.append(f"- {name}: planned for {plan['hardware']}{margin}{lead}{smallest}{rounds}")
         if engine := ((entry.get("teraio") or {}).get("backends") or "").splitlines():
             # What ran: the copier, its order and its polling threads' timer slack, as the engine says.

@@ -198,7 +198,7 @@ def parse_args(argv):
                    help="TeraIO modes: Session(early_prefetch_lead=X): how far earlier the planner may move a "
                         "prefetch while memory allows, in its own transfer times (default: the planner's, 100)")
     p.add_argument("--min-migration-share", type=float, default=None, metavar="X",
-                   help="TeraIO modes: Session(min_migration_share=X): never move a storage smaller than this "
+                   help="TeraIO modes: Session(min_migration_share=X): never plan to move a storage smaller than this "
                         "share of the budget (default: the planner's, 1/65536; 0 moves any size, as before session 37)")
     p.add_argument("--gpu-profile", action="store_true",
                    help="after the measured steps, run one more step under torch.profiler (CUDA) and report "

@@ -253,7 +253,8 @@ void diagnose(const Prepared& prep, const Hardware& hw, const PlannerOptions& op
                     describe_op(trace, static_cast<trace::OpIndex>(shown)), "; worst: operator ",
                     describe_op(trace, static_cast<trace::OpIndex>(worst)), " needs ",
                     format_bytes(static_cast<std::uint64_t>(hard)),
-                    " in tensors it uses, untracked memory and tensors idle too briefly to move); "
+                    " in tensors it uses, untracked memory, tensors idle too briefly to move and tensors "
+                    "under min_migration_share of the budget); "
                     "smallest feasible budget about ",
                     format_bytes(d.min_feasible_budget));
   } else {

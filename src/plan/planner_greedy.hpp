@@ -3,6 +3,7 @@
 // diagnosis.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -62,9 +63,11 @@ GreedyResult run_greedy(const GreedyInput& input);
 // one where the tensor is away, one to prefetch during.
 inline constexpr std::uint32_t kMinIdleOps = 3;
 
-// The smallest tensor the planner moves (PlannerOptions::min_migration_share of the budget).
+// The smallest tensor the planner moves (PlannerOptions::min_migration_share of the budget,
+// rounded up: a tensor under the share by a fraction of a byte stays too).
 inline std::uint64_t smallest_moved_bytes(const Hardware& hardware, const PlannerOptions& options) {
-  return static_cast<std::uint64_t>(options.min_migration_share * static_cast<double>(hardware.gpu_budget));
+  return static_cast<std::uint64_t>(
+      std::ceil(options.min_migration_share * static_cast<double>(hardware.gpu_budget)));
 }
 
 // Whether a period of a tensor of `bytes` may move at all: long enough (kMinIdleOps), not

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "planner_test_util.hpp"
 #include "teraio/core/error.hpp"
@@ -247,7 +248,7 @@ TEST(Planner, NothingToDoWhenTheTraceFits) {
 // both away there. Any size may move: both leave and the plan fits. With S under
 // min_migration_share of the budget (0.2 x 110 = 22 B), S stays where it is and the plan is over
 // budget by 2 B, which the diagnosis counts as memory no plan can move.
-TEST(Planner, TensorsUnderTheSmallestShareStayOnTheDevice) {
+TEST(Planner, TensorsUnderTheSmallestShareAreNeverPlannedToMove) {
   trace::Trace t = ops_trace(10);
   add_tensor(t, 100, {0, 9});
   add_tensor(t, 8, {0, 9});
@@ -275,6 +276,10 @@ TEST(Planner, TensorsUnderTheSmallestShareStayOnTheDevice) {
   EXPECT_EQ(kept.stats.smallest_moved, 22u);  // 0.2 x 110 B
   EXPECT_EQ(all.stats.smallest_moved, 0u);
   EXPECT_GE(kept.diagnosis.min_feasible_budget, 112u);
+  // The diagnosis counts S as memory no plan can move (memory_floor): without that, T's and S's
+  // sizes would seem movable and the message would blame the bandwidth.
+  EXPECT_NE(kept.diagnosis.message.find("must hold on the GPU"), std::string::npos) << kept.diagnosis.message;
+  EXPECT_NE(kept.diagnosis.message.find("min_migration_share"), std::string::npos) << kept.diagnosis.message;
   // With the stall search, S still stays.
   options.stall_rounds = PlannerOptions{}.stall_rounds;
   EXPECT_EQ(moves(make_plan(t, uniform_hardware(110, 100), options).plan, small), 0u);

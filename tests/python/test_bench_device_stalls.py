@@ -68,7 +68,7 @@ def test_the_waits_are_summed_per_stretch_and_the_worst_excess_comes_first():
 def test_waits_say_where_their_copy_stood_and_what_was_due():
     # Since session 37 each wait carries where its copy stood; older files have triples.
     waits = [(3, "copy in", 0.004, "gated"), (5, "copy in", 0.020, "gated"), (7, "copy in", 0.001, "queued"),
-             (6, "copy out", 0.002, "flushed")]
+             (6, "copy out", 0.002, "flushed"), (6, "abandoned copy out", 0.003, "flushed")]
     assert device_stalls.by_how(waits) == {"gated": [2, pytest.approx(0.024)], "queued": [1, 0.001],
                                            "flushed": [1, 0.002]}
     assert device_stalls.by_how([(3, "copy in", 0.004)]) == {}
@@ -80,7 +80,7 @@ def test_waits_say_where_their_copy_stood_and_what_was_due():
             {"direction": "offload", "deadline": 7, "bytes": 1 << 30}]
     split = device_stalls.by_copy_due(waits, plan)
     assert split == {"under 64 KiB": pytest.approx(0.004), "64 KiB or more": pytest.approx(0.020),
-                     "none due": pytest.approx(0.001)}
+                     "no prefetch due there": pytest.approx(0.001)}
     report = device_stalls.compare(waits, device_stalls.simulated_ops(TIMELINE))
     report["by_how"], report["copy_in_by_due"] = device_stalls.by_how(waits), split
     text = "\n".join(device_stalls.describe(report))

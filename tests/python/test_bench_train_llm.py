@@ -145,7 +145,7 @@ def test_pcie_duplex_plan_latency_margin_and_lead_reach_the_planner_and_the_tabl
     assert entry["teraio"]["plan"]["early_prefetch_lead"] == 7
     assert "prefetches moved up to 7 transfer times earlier" in done.stdout
     assert entry["teraio"]["plan"]["min_migration_share"] == 0.001
-    assert "storages under 1/1000 of the budget kept on the device" in done.stdout
+    assert "storages under 1/1000 of the budget never planned to move" in done.stdout
     assert "PCIe d2h 2.00 GB/s h2d 2.00 GB/s" in entry["teraio"]["plan"]["hardware"], entry["teraio"]["plan"]
 
 

@@ -382,6 +382,18 @@ def test_the_plan_keeps_its_margin_free_below_the_budget(device, swap_dir):
         assert s["peak_resident"] <= budget, s
 
 
+def test_storages_under_the_smallest_share_are_not_planned(device, swap_dir):
+    # min_migration_share: the planner never moves a storage smaller than this share of the budget
+    # (1/65536 by default). At half the budget no storage of this model qualifies: the plan moves
+    # nothing, reactive eviction keeps the budget, and training stays exact.
+    run = check_case(gpt, adamw, device, swap_dir, min_migration_share=0.5)
+    assert run.report["plan"]["min_migration_share"] == 0.5
+    assert run.report["plan"]["migrations"] == 0, run.report["plan"]
+    assert all(s["evictions"] > 0 and s["planned_offloads"] == 0 for s in planned_steps(run)), planned_steps(run)
+    default = check_case(gpt, adamw, device, swap_dir)
+    assert default.report["plan"]["migrations"] > 0, default.report["plan"]
+
+
 def test_prefetches_issued_just_in_time_stay_exact(device, swap_dir):
     # early_prefetch_lead: how far earlier than needed the planner may issue a prefetch while the
     # budget allows (100 transfer times by default, 3 until session 36); 0 issues every prefetch

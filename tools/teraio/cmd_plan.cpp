@@ -46,8 +46,9 @@ int run_plan(const std::vector<std::string>& raw_args) {
   opts.add_flag("no-early-prefetch", "skip the pass that moves prefetches earlier");
   opts.add("early-prefetch-lead", "how far earlier that pass may move a prefetch, in its own transfer times",
            cat(plan::PlannerOptions{}.early_prefetch_lead));
-  opts.add("min-migration-share", "never move a tensor smaller than this share of the budget (0: any size)",
-           cat(plan::PlannerOptions{}.min_migration_share));
+  opts.add(
+      "min-migration-share",
+      "never plan to move a tensor smaller than this share of the budget (0: any size; default 1/65536)");
   opts.add_flag("over-budget-credit", "credit a migration only with the over-budget bytes it removes");
   add_stall_options(opts);
   add_hardware_options(opts);
@@ -69,7 +70,8 @@ int run_plan(const std::vector<std::string>& raw_args) {
   po.early_prefetch_lead = opts.number("early-prefetch-lead");
   if (!std::isfinite(po.early_prefetch_lead) || po.early_prefetch_lead < 0)
     throw Error(ErrorKind::kInvalidArgument, "--early-prefetch-lead must be a number >= 0");
-  po.min_migration_share = opts.number("min-migration-share");
+  // Unless given, the library's own value: a printed default would round it.
+  if (opts.has("min-migration-share")) po.min_migration_share = opts.number("min-migration-share");
   if (!(po.min_migration_share >= 0 && po.min_migration_share < 1))
     throw Error(ErrorKind::kInvalidArgument, "--min-migration-share must be a number in [0, 1)");
   po.credit_over_budget_only = opts.flag("over-budget-credit");

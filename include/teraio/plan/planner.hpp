@@ -26,7 +26,7 @@ struct PlannerOptions {
   // releases recorded, ran W3 2.7% and W2 @ 16 GiB 4.0% faster than 3 without them on the GPU
   // (bench/RESULTS.md, sessions 33 and 36).
   double early_prefetch_lead = 100.0;
-  // Tensors smaller than this share of the GPU budget are never moved (1/65536: 1.2 MiB at
+  // Tensors smaller than this share of the GPU budget are never planned to move (1/65536: 1.2 MiB at
   // W3's 74 GiB, 16 bytes at a 1 MiB budget). They free next to nothing, and each move costs a
   // copy each way that the model books at its bytes plus one request latency, while the GPU
   // runtime served them late: W3's 1-of-32 plan moved 3 800 tensors under 64 KiB (52 MiB a
