@@ -11,6 +11,7 @@ latency) or in a few places (a plan the runtime cannot follow there).
   python3 bench/device_stalls.py W3-79GiB-teraio-recompute-device-waits.json \\
       --trace W3-79GiB-teraio-recompute-trace.tiotrace --plan W3-79GiB-teraio-recompute-plan.json
   python3 bench/device_stalls.py WAITS.json --timeline simulated-timeline.json
+  python3 bench/device_stalls.py WAITS.json --plan PLAN.json     # no simulation: the splits only
 
 The simulation keeps the budget as the runtime does (`--enforce-budget`: reactive eviction
 covers what the plan leaves over it, as in the session's prediction). A plan made with
@@ -169,6 +170,21 @@ def describe(report, min_s=0.01):
     return lines
 
 
+def split_lines(waits, migrations):
+    """Text lines without a simulation: the measured waits by kind, by where their copy stood, and
+    the copy-in waits by the largest prefetch due at the operator."""
+    kinds = collections.Counter()
+    for _, kind, seconds, *_ in waits:
+        kinds[kind] += seconds
+    lines = ["measured device stall by kind: " + ", ".join(f"{k} {kinds[k]:.3f} s" for k in KINDS)]
+    if how := by_how(waits):
+        lines.append("where each copy stood as the wait was queued: " + ", ".join(
+            f"{h} {n} waits {s:.3f} s" for h, (n, s) in sorted(how.items())))
+    lines.append("copy-in waits by the largest prefetch due at the operator: " + ", ".join(
+        f"{k} {s:.3f} s" for k, s in by_copy_due(waits, migrations).items()))
+    return lines
+
+
 def simulate(teraio, trace, plan, extra):
     """Runs `teraio simulate` for the timeline; returns it parsed."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -202,9 +218,14 @@ def main(argv=None):
     p.add_argument("--worst", type=int, default=15, help="operators to list (default 15)")
     p.add_argument("--json", help="also write the comparison here")
     args, extra = p.parse_known_args(argv)
-    if args.timeline is None and (args.trace is None or args.plan is None):
-        p.error("give --timeline, or --trace and --plan to simulate")
+    if args.timeline is None and (args.trace is None or args.plan is None) and not (args.trace is None and args.plan):
+        p.error("give --timeline, or --trace and --plan to simulate, or --plan alone for the splits only")
     step = load_waits(args.waits, args.step)
+    print(f"step {step['step']}: {step['time_s']:.3f} s, device stall {step['device_stall_s']:.3f} s")
+    if args.timeline is None and args.trace is None:
+        # Where the teraio CLI is not built (the GPU machine builds the module only).
+        print("\n".join(split_lines(step["waits"], json.loads(pathlib.Path(args.plan).read_text())["migrations"])))
+        return 0
     timeline = (json.loads(pathlib.Path(args.timeline).read_text()) if args.timeline
                 else simulate(args.teraio, args.trace, args.plan, extra))
     report = compare(step["waits"], simulated_ops(timeline), args.worst)
@@ -212,7 +233,6 @@ def main(argv=None):
     report["by_how"] = by_how(step["waits"])
     if args.plan:
         report["copy_in_by_due"] = by_copy_due(step["waits"], json.loads(pathlib.Path(args.plan).read_text())["migrations"])
-    print(f"step {step['step']}: {step['time_s']:.3f} s, device stall {step['device_stall_s']:.3f} s")
     print("\n".join(describe(report)))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=1))

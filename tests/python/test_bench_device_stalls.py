@@ -88,6 +88,23 @@ def test_waits_say_where_their_copy_stood_and_what_was_due():
     assert "largest prefetch due at the operator: under 64 KiB 0.004 s, 64 KiB or more 0.020 s" in text
 
 
+def test_the_splits_alone_need_only_the_plan(tmp_path, capsys):
+    waits = tmp_path / "waits.json"
+    waits.write_text(json.dumps({"mode": "teraio-host", "steps": [
+        {"step": 4, "time_s": 0.2, "device_stall_s": 0.03,
+         "waits": [[3, "copy in", 0.02, "gated"], [5, "copy out", 0.01, "queued"]]}]}))
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"migrations": [{"direction": "prefetch", "deadline": 3, "bytes": 8192}]}))
+    assert device_stalls.main([str(waits), "--plan", str(plan)]) == 0
+    out = capsys.readouterr().out
+    assert "step 4: 0.200 s, device stall 0.030 s" in out
+    assert "by kind: copy in 0.020 s, copy out 0.010 s, abandoned copy out 0.000 s" in out
+    assert "gated 1 waits 0.020 s, queued 1 waits 0.010 s" in out
+    assert "under 64 KiB 0.020 s, 64 KiB or more 0.000 s" in out
+    with pytest.raises(SystemExit):
+        device_stalls.main([str(waits), "--trace", "t.tiotrace"])
+
+
 def test_an_unknown_wait_kind_is_refused():
     with pytest.raises(ValueError, match="unknown device wait kind"):
         device_stalls.measured_by_op([(1, "copy sideways", 0.1)])

@@ -35,6 +35,9 @@ for run in ${RUNS:-}; do
     runs=$(cd /var/tmp/teraio && ls -dt "$name"-*/ | head -n 1)  # this call's run of that name
     tar -C /var/tmp/teraio -cJf "$work/$name/saved.tar.xz" $(cd /var/tmp/teraio && ls -d "$runs"*trace* \
       "$runs"*plan* "$runs"*device-waits* 2>/dev/null)
+    # the last measured step's device waits by where their copies stood and by the size due
+    python3 bench/device_stalls.py "/var/tmp/teraio/$runs"W3-79GiB-teraio-recompute-device-waits.json \
+      --plan "/var/tmp/teraio/$runs"W3-79GiB-teraio-recompute-plan.json | tee "$work/$name/stalls.txt"
   else
     OUT=$work/$name WORKLOAD=$workload ARM=${run##*:} bash bench/results/train_llm/session36-release/next-call.sh
   fi
