@@ -157,16 +157,23 @@ def describe(report, min_s=0.01):
                      f"{r['copy out'] + r['abandoned copy out']:5.3f}")
     if quiet:
         lines.append(f"({quiet} stretches with less than {min_s * 1e3:.0f} ms either way left out)")
-    if report.get("by_how"):
-        lines.append("where each copy stood as the wait was queued: " + ", ".join(
-            f"{how} {n} waits {s:.3f} s" for how, (n, s) in sorted(report["by_how"].items())))
-    if report.get("copy_in_by_due"):
-        lines.append("copy-in waits by the largest prefetch due at the operator: " + ", ".join(
-            f"{k} {s:.3f} s" for k, s in report["copy_in_by_due"].items()))
+    lines += split_text(report.get("by_how"), report.get("copy_in_by_due"))
     lines.append("operators that waited longest beyond their simulated stall:")
     for w in report["worst"]:
         lines.append(f"  op {w['op']} {w['name']} ({w['phase']}): in {w['copy in']:.4f} s, out "
                      f"{w['copy out'] + w['abandoned copy out']:.4f} s, simulated {w['simulated_stall_s']:.4f} s")
+    return lines
+
+
+def split_text(how, due):
+    """Text lines for by_how's and by_copy_due's splits (each left out when None or empty)."""
+    lines = []
+    if how:
+        lines.append("where each copy stood as the wait was queued: " + ", ".join(
+            f"{h} {n} waits {s:.3f} s" for h, (n, s) in sorted(how.items())))
+    if due:
+        lines.append("copy-in waits by the largest prefetch due at the operator: " + ", ".join(
+            f"{k} {s:.3f} s" for k, s in due.items()))
     return lines
 
 
@@ -176,13 +183,8 @@ def split_lines(waits, migrations):
     kinds = collections.Counter()
     for _, kind, seconds, *_ in waits:
         kinds[kind] += seconds
-    lines = ["measured device stall by kind: " + ", ".join(f"{k} {kinds[k]:.3f} s" for k in KINDS)]
-    if how := by_how(waits):
-        lines.append("where each copy stood as the wait was queued: " + ", ".join(
-            f"{h} {n} waits {s:.3f} s" for h, (n, s) in sorted(how.items())))
-    lines.append("copy-in waits by the largest prefetch due at the operator: " + ", ".join(
-        f"{k} {s:.3f} s" for k, s in by_copy_due(waits, migrations).items()))
-    return lines
+    return (["measured device stall by kind: " + ", ".join(f"{k} {kinds[k]:.3f} s" for k in KINDS)]
+            + split_text(by_how(waits), by_copy_due(waits, migrations)))
 
 
 def simulate(teraio, trace, plan, extra):
@@ -218,21 +220,22 @@ def main(argv=None):
     p.add_argument("--worst", type=int, default=15, help="operators to list (default 15)")
     p.add_argument("--json", help="also write the comparison here")
     args, extra = p.parse_known_args(argv)
-    if args.timeline is None and (args.trace is None or args.plan is None) and not (args.trace is None and args.plan):
+    if args.timeline is None and args.plan is None:
         p.error("give --timeline, or --trace and --plan to simulate, or --plan alone for the splits only")
     step = load_waits(args.waits, args.step)
+    migrations = json.loads(pathlib.Path(args.plan).read_text())["migrations"] if args.plan else None
     print(f"step {step['step']}: {step['time_s']:.3f} s, device stall {step['device_stall_s']:.3f} s")
     if args.timeline is None and args.trace is None:
         # Where the teraio CLI is not built (the GPU machine builds the module only).
-        print("\n".join(split_lines(step["waits"], json.loads(pathlib.Path(args.plan).read_text())["migrations"])))
+        print("\n".join(split_lines(step["waits"], migrations)))
         return 0
     timeline = (json.loads(pathlib.Path(args.timeline).read_text()) if args.timeline
                 else simulate(args.teraio, args.trace, args.plan, extra))
     report = compare(step["waits"], simulated_ops(timeline), args.worst)
     report["step"] = step["step"]
     report["by_how"] = by_how(step["waits"])
-    if args.plan:
-        report["copy_in_by_due"] = by_copy_due(step["waits"], json.loads(pathlib.Path(args.plan).read_text())["migrations"])
+    if migrations is not None:
+        report["copy_in_by_due"] = by_copy_due(step["waits"], migrations)
     print("\n".join(describe(report)))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=1))

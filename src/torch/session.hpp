@@ -62,10 +62,9 @@ struct SessionConfig {
   // Without record_releases it moves prefetches into memory the program has not given back yet
   // and evicts for it (bench/RESULTS.md, sessions 35-36).
   double early_prefetch_lead = plan::PlannerOptions{}.early_prefetch_lead;
-  // Storages smaller than this share of the GPU budget are never planned to move (reactive
-  // eviction may still move them)
-  // (plan::PlannerOptions::min_migration_share, 1/65536): their copies cost the runtime more
-  // than the memory they free (W3, bench/RESULTS.md, session 37).
+  // Storages smaller than this share of the GPU budget are never planned to move
+  // (plan::PlannerOptions::min_migration_share, 1/65536; reactive eviction may still move them):
+  // their copies cost the runtime more than the memory they free (W3, bench/RESULTS.md, session 37).
   double min_migration_share = plan::PlannerOptions{}.min_migration_share;
   int rank = 0;
   std::uint64_t min_tensor_bytes = 4096;  // smaller storages are not worth an I/O request

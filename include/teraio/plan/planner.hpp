@@ -26,12 +26,12 @@ struct PlannerOptions {
   // releases recorded, ran W3 2.7% and W2 @ 16 GiB 4.0% faster than 3 without them on the GPU
   // (bench/RESULTS.md, sessions 33 and 36).
   double early_prefetch_lead = 100.0;
-  // Tensors smaller than this share of the GPU budget are never planned to move (1/65536: 1.2 MiB at
-  // W3's 74 GiB, 16 bytes at a 1 MiB budget). They free next to nothing, and each move costs a
-  // copy each way that the model books at its bytes plus one request latency, while the GPU
-  // runtime served them late: W3's 1-of-32 plan moved 3 800 tensors under 64 KiB (52 MiB a
-  // step), and the device waited 3.2 of its 6.2 s of copy waits at operators where only such
-  // copies were due (bench/RESULTS.md, session 37). 0 moves any size.
+  // Tensors smaller than this share of the GPU budget are never planned to move (1/65536:
+  // 1.2 MiB at W3's 74 GiB, 16 bytes at a 1 MiB budget). They free next to nothing, and each
+  // move costs a copy each way that the model books at its bytes plus one request latency,
+  // while the GPU runtime served them late: W3's 1-of-32 plan moved 3 800 tensors under
+  // 64 KiB (52 MiB a step), and the device waited 3.2 of its 6.2 s of copy waits at operators
+  // where only such copies were due (bench/RESULTS.md, session 37). 0 moves any size.
   double min_migration_share = 1.0 / 65536;
   // Credit a migration only with the over-budget part of the memory it frees, per byte
   // moved: Σ τ[k]·min(size, M[k] − budget) / size over the operators it covers (bounded
@@ -115,8 +115,8 @@ struct PlanResult {
 
 // Throws Error{kInvalidArgument} naming the first option out of range (stall_rounds < 0,
 // stall_patience < 1, early_prefetch_lead not a number >= 0, min_migration_share outside
-// [0, 1)). make_plan calls it; a caller that
-// takes options long before it plans (teraio.Session) calls it up front.
+// [0, 1)). make_plan calls it; a caller that takes options long before it plans (teraio.Session)
+// calls it up front.
 void check_options(const PlannerOptions& options);
 
 // Deterministic: the same inputs give the same plan. Never throws for an infeasible budget
