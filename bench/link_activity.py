@@ -1,7 +1,9 @@
 """What each PCIe direction did during a step, as TeraIO's CUDA copier saw it (the step record's
 `link`, deadline order only): time with chunks on the stream (busy), with copies waiting for the
 compute stream (waiting), and with nothing to copy (idle), and how many copies were waited for
-before the compute stream reached them (gated: they wait for it on a side stream). A plan whose copies end late on a link
+before the compute stream reached them (gated: they wait for it on a side stream), and how long
+the lane held its own chunks back meanwhile so that those had the link (held, part of busy;
+copy order "deadline" only). A plan whose copies end late on a link
 that was busy all along asks more than the link gives; one whose link sat idle or waiting asks at
 the wrong moments. Host clock, good to a polling interval per change of state."""
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import statistics
 
 DIRECTIONS = (("to_host", "to host"), ("to_device", "to device"))
-FIELDS = ("busy_s", "waiting_s", "idle_s", "chunks", "bytes", "gated_flushes", "gated_bytes")
+FIELDS = ("busy_s", "waiting_s", "idle_s", "chunks", "bytes", "gated_flushes", "gated_bytes", "held_s")
 
 
 def median(steps):
@@ -29,6 +31,8 @@ def describe(link):
         rate = f" ({a['bytes'] / a['busy_s'] / 1e9:.1f} GB/s)" if a["busy_s"] > 0 else ""
         gated = (f", {a['gated_flushes']:.0f} copies waited for ahead of their compute marker ({a['gated_bytes'] / 2**30:.1f} GiB)"
                  if a.get("gated_flushes") else "")
+        if a.get("held_s"):
+            gated += f", lane held {a['held_s']:.2f} s for them"
         parts.append(f"{words} busy {a['busy_s']:.2f} s{rate}, waiting {a['waiting_s']:.2f} s, idle {a['idle_s']:.2f} s"
                      f"{gated}")
     return "; ".join(parts)

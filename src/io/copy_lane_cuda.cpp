@@ -44,8 +44,13 @@ class CopyLane::Event final : public CopyEvent {
   std::shared_ptr<Copy> copy_;
 };
 
-CopyLane::CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events)
-    : device_(device), kind_(kind), events_(std::move(events)), stream_(device), side_(device) {
+CopyLane::CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events, bool side_first)
+    : device_(device),
+      kind_(kind),
+      events_(std::move(events)),
+      stream_(device),
+      side_(device),
+      side_first_(side_first) {
   dispatcher_ = std::thread([this] {
     name_this_thread(kind_ == cudaMemcpyDeviceToHost ? "teraio-lane-d2h" : "teraio-lane-h2d");
     run();
@@ -188,9 +193,9 @@ void CopyLane::account() {
   const double s = std::chrono::duration<double>(now - marked_).count();
   marked_ = now;
   // The side stream moves data once the marker its front copy waits for has passed.
-  const bool side_moving = !side_queued_.empty() && side_queued_.front().marker <= passed_marker_;
-  if (!queued_.empty() || side_moving) {
+  if (!queued_.empty() || side_moving()) {
     activity_.busy_s += s;
+    if (holding_) activity_.held_s += s;
   } else if (!schedule_.empty() || !side_queued_.empty()) {
     activity_.waiting_s += s;
   } else {
@@ -215,8 +220,11 @@ void CopyLane::run() {
     account();
     retire_finished();
     advance_markers();
+    holding_ = false;
     if (queued_.size() < kWindow) {
-      if (const auto chunk = schedule_.next(ready)) {
+      if (side_first_ && side_moving()) {
+        holding_ = schedule_.has_ready(ready);
+      } else if (const auto chunk = schedule_.next(ready)) {
         submit(*chunk);
         continue;
       }

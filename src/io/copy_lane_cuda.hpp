@@ -8,7 +8,11 @@
 // reached its marker goes onto a side stream that waits for the marker on the device: on the
 // lane's own stream that wait would hold up every chunk behind it until the GPU caught up with
 // the host (session 30 measured W3's lanes moving 15-40 GB/s while busy against the link's
-// 37-50 GB/s).
+// 37-50 GB/s). A copy on the side stream is waited for already, so it is more pressing than any
+// copy still scheduled: with side_first the dispatcher queues no chunk while one moves there,
+// which gives it the whole link (beside the lane's stream it got about half: W3's backward waited
+// 0.9-1.7 s a step for such copies where the simulator, which runs copies by deadline, has none;
+// bench/RESULTS.md session 38).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -37,7 +41,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   static constexpr std::size_t kChunkBytes = 8ull << 20;  // ~160 us at 50 GB/s
   static constexpr std::size_t kWindow = 2;               // chunks queued on the stream at once
 
-  CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events);
+  CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events, bool side_first);
   // Runs every copy still scheduled (its compute-stream waits pass as the device works), then
   // stops the dispatcher and drains the stream.
   ~CopyLane();
@@ -52,6 +56,8 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   LinkActivity take_activity();
   // The dispatcher's timer slack as it read it back (core/timer_slack).
   const PollingSlack& polling_slack() const { return slack_; }
+  // Whether the lane holds its chunks back while a copy waited for moves on the side stream.
+  bool side_first() const { return side_first_; }
 
  private:
   struct Copy {
@@ -79,6 +85,8 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
     retire_finished(side_queued_);
   }
   void advance_markers();
+  // A copy on the side stream is moving: its marker has passed (under the lock).
+  bool side_moving() const { return !side_queued_.empty() && side_queued_.front().marker <= passed_marker_; }
   // Queues a chunk on `stream` and its event on `queued` (the lane's own or the side's).
   void submit(const CopySchedule::Chunk& chunk, cudaStream_t stream, std::deque<Queued>& queued);
   void submit(const CopySchedule::Chunk& chunk) { submit(chunk, stream_.get(), queued_); }
@@ -103,6 +111,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   std::shared_ptr<EventPool> events_;
   Stream stream_;
   Stream side_;  // copies waited for before their compute marker passed (flush_for)
+  const bool side_first_;
 
   std::mutex mutex_;
   std::condition_variable work_;      // the dispatcher: a copy arrived or the lane stops
@@ -115,6 +124,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   std::uint64_t last_marker_ = 0;
   std::uint64_t passed_marker_ = 0;
   bool stopping_ = false;
+  bool holding_ = false;  // the dispatcher's last look held a ready chunk back (side_first_)
   LinkActivity activity_;
   std::chrono::steady_clock::time_point marked_ = std::chrono::steady_clock::now();
   PollingSlack slack_;

@@ -36,6 +36,10 @@ std::optional<CopySchedule::Chunk> CopySchedule::next(const std::function<bool(I
   return std::nullopt;
 }
 
+bool CopySchedule::has_ready(const std::function<bool(Id)>& ready) const {
+  return std::any_of(order_.begin(), order_.end(), [&](const Key& key) { return ready(std::get<2>(key)); });
+}
+
 std::optional<CopySchedule::Chunk> CopySchedule::take_rest(Id id) {
   auto found = copies_.find(id);
   if (found == copies_.end()) return std::nullopt;

@@ -55,14 +55,19 @@ std::string_view to_string(StreamWait how) {
 }
 
 std::string_view to_string(CopyOrder order) {
-  return order == CopyOrder::kIssue ? "issue" : "deadline";
+  switch (order) {
+    case CopyOrder::kIssue: return "issue";
+    case CopyOrder::kDeadline: return "deadline";
+    case CopyOrder::kDeadlineShared: return "deadline-shared";
+  }
+  return "?";
 }
 
 CopyOrder parse_copy_order(std::string_view text) {
-  if (text == "issue") return CopyOrder::kIssue;
-  if (text == "deadline") return CopyOrder::kDeadline;
+  for (const CopyOrder order : {CopyOrder::kIssue, CopyOrder::kDeadline, CopyOrder::kDeadlineShared})
+    if (text == to_string(order)) return order;
   throw Error(ErrorKind::kInvalidArgument,
-              cat("unknown copy order '", text, "' (expected issue or deadline)"));
+              cat("unknown copy order '", text, "' (expected issue, deadline or deadline-shared)"));
 }
 
 std::unique_ptr<DeviceCopier> make_host_copier() {

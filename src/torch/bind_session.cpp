@@ -34,6 +34,7 @@ py::dict link_dict(const io::LinkActivity& a) {
   d["bytes"] = a.bytes;
   d["gated_flushes"] = a.gated_flushes;
   d["gated_bytes"] = a.gated_bytes;
+  d["held_s"] = a.held_s;
   return d;
 }
 

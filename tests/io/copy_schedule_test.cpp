@@ -66,6 +66,22 @@ TEST(CopySchedule, ACopyNotYetReadyIsPassedOverUntilItIs) {
   EXPECT_EQ(drain(s, ready), (std::vector{waiting}));
 }
 
+TEST(CopySchedule, HasReadySaysWhetherNextWouldHandOutAChunkAndChangesNothing) {
+  CopySchedule s(100);
+  EXPECT_FALSE(s.has_ready(kAll));  // nothing pending
+  const auto waiting = s.add(150, {true, 0});
+  bool go = false;
+  const auto ready = [&](CopySchedule::Id id) { return id != waiting || go; };
+  EXPECT_FALSE(s.has_ready(ready));
+  go = true;
+  EXPECT_TRUE(s.has_ready(ready));
+  EXPECT_TRUE(s.has_ready(ready));  // asking twice hands nothing out
+  auto first = s.next(ready);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->offset, 0u);  // the whole copy was still there
+  EXPECT_EQ(first->bytes, 100u);
+}
+
 TEST(CopySchedule, TheRestOfACopyCanBeTakenAtOnce) {
   CopySchedule s(100);
   const auto big = s.add(250, {false, 500});

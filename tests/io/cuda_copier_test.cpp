@@ -263,6 +263,51 @@ TEST(CudaCopier, AGatedCopyDoesNotHoldUpTheReadyOnesBehindIt) {
   EXPECT_EQ(copier->take_link_activity()->to_device.gated_flushes, 1u);
 }
 
+// In deadline order a gated copy has the link to itself once its marker passes: the lane holds
+// the chunks of a large ready copy back meanwhile (held_s), and deadline-shared lets them go on
+// beside it. The compute stream is held by a 2 GiB copy to the host (about 40 ms); a 4 GiB copy
+// to the device (about 85 ms) runs on the lane all along; the 256 MiB gated copy moves once the
+// hold ends (about 5 ms alone, twice that if the two streams split the link). The time from the
+// hold's end to the gated copy's end is printed for both orders: the premise of the hold.
+TEST(CudaCopier, AGatedCopyHasTheLinkToItselfInDeadlineOrder) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  constexpr std::size_t kHold = 2048 * kMiB;
+  constexpr std::size_t kReady = 4096 * kMiB;
+  constexpr std::size_t kGated = 256 * kMiB;
+  for (const CopyOrder order : {CopyOrder::kDeadline, CopyOrder::kDeadlineShared}) {
+    auto copier = make_cuda_copier(0, order);
+    PinnedBuffer host(*copier, kHold);
+    PinnedBuffer source(*copier, kReady);
+    DeviceBuffer device(*copier, kHold);
+    DeviceBuffer ready_in(*copier, kReady);
+    DeviceBuffer gated_in(*copier, kGated);
+    static_cast<void>(copier->take_link_activity());
+    auto holding = copier->to_host(host.data(), device.data(), kHold);
+    holding->block_stream(nullptr);
+    auto ready = copier->to_device(ready_in.data(), source.data(), kReady, {false, 1000});
+    copier->wait_for_stream(nullptr, CopyDirection::kToDevice);
+    auto gated = copier->to_device(gated_in.data(), source.data(), kGated, {false, 1});
+    EXPECT_EQ(gated->block_stream(nullptr), StreamWait::kGated) << to_string(order);
+    holding->wait();
+    const auto hold_end = std::chrono::steady_clock::now();
+    const bool ready_done = ready->ready();
+    gated->wait();
+    const double gated_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - hold_end).count();
+    ready->wait();
+    const LinkActivity in = copier->take_link_activity()->to_device;
+    std::printf("%s order: gated copy done %.1f ms after the hold ended (ready copy %s then); lane held %.1f ms\n",
+                std::string(to_string(order)).c_str(), gated_s * 1e3, ready_done ? "done" : "still running",
+                in.held_s * 1e3);
+    EXPECT_FALSE(ready_done) << to_string(order);  // otherwise the gated copy had the link anyway
+    EXPECT_EQ(in.bytes, kReady + kGated);
+    if (order == CopyOrder::kDeadline) {
+      EXPECT_GT(in.held_s, 0.002);  // 256 MiB need ~5 ms at 50 GB/s
+    } else {
+      EXPECT_EQ(in.held_s, 0.0);
+    }
+  }
+}
+
 // A stream may wait for a copy before the dispatcher has queued it anywhere (a slot in device
 // memory, not an event); work queued behind that wait sees the copied bytes.
 TEST(CudaCopier, AStreamWaitsForACopyNotYetQueued) {
@@ -327,7 +372,9 @@ TEST(CudaCopier, AnAbandonedCopyCompletesWithoutItsUnstartedBytes) {
 TEST(CudaCopier, CopyOrdersParseAndPrint) {
   EXPECT_EQ(parse_copy_order("deadline"), CopyOrder::kDeadline);
   EXPECT_EQ(parse_copy_order("issue"), CopyOrder::kIssue);
+  EXPECT_EQ(parse_copy_order("deadline-shared"), CopyOrder::kDeadlineShared);
   EXPECT_EQ(to_string(CopyOrder::kDeadline), "deadline");
+  EXPECT_EQ(to_string(CopyOrder::kDeadlineShared), "deadline-shared");
   EXPECT_THROW(parse_copy_order("fifo"), Error);
 }
 

@@ -41,6 +41,8 @@ class CopySchedule {
   // Hands out the next chunk of the most pressing copy that `ready` accepts, or nothing when
   // no copy is pending or none is ready. A copy whose last chunk went out leaves the schedule.
   std::optional<Chunk> next(const std::function<bool(Id)>& ready);
+  // Whether next(ready) would hand out a chunk; changes nothing.
+  bool has_ready(const std::function<bool(Id)>& ready) const;
   // Everything not yet handed out of copy `id`, as its last chunk (it leaves the schedule);
   // nothing for an unknown or finished id. For a copy something must wait for right away.
   std::optional<Chunk> take_rest(Id id);

@@ -24,10 +24,16 @@ enum class CopyDirection { kToHost, kToDevice };
 
 // In what order the CUDA copier runs one direction's copies: as issued (each straight onto the
 // stream), or by CopyPriority (CopySchedule: urgent, then earliest deadline), fed to the stream
-// in chunks by a dispatcher thread, as the planner and the simulator assume.
-enum class CopyOrder { kIssue, kDeadline };
+// in chunks by a dispatcher thread, as the planner and the simulator assume. In deadline order a
+// copy that a stream already waits for while its compute marker has not passed moves on a side
+// stream (StreamWait::kGated); it is more pressing than any copy still scheduled (those are
+// waited for later, or they would have been flushed too), so kDeadline holds the lane's next
+// chunks back while it moves and it has the link to itself, as in the simulator. kDeadlineShared
+// lets the lane go on beside it (how deadline order ran up to session 37): the two streams
+// share the link, and the copy waited for gets about half of it.
+enum class CopyOrder { kIssue, kDeadline, kDeadlineShared };
 std::string_view to_string(CopyOrder order);
-// "issue" or "deadline"; throws Error{kInvalidArgument} for anything else.
+// "issue", "deadline" or "deadline-shared"; throws Error{kInvalidArgument} for anything else.
 CopyOrder parse_copy_order(std::string_view text);
 
 // Where a copy stood when a stream was made to wait for it (CopyEvent::block_stream): done
@@ -78,6 +84,9 @@ struct LinkActivity {
   // lane's stream goes on with the copies that are ready.
   std::uint64_t gated_flushes = 0;
   std::uint64_t gated_bytes = 0;
+  // Of busy_s: the time the lane held a ready chunk back because a copy waited for moved on
+  // the side stream (CopyOrder::kDeadline; always 0 in kDeadlineShared).
+  double held_s = 0;
 };
 struct LinkActivities {
   LinkActivity to_host;

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Session 38's GPU calls: W3 arms on one machine, each with its own output folder, all tarred
+# into $OUT/call.tar (a call brings back at most 8 files).
+#   RUNS="W3-c8:new W3-c8:shared ..."  the WORKLOAD:ARM pairs, in order (W3-cN: W3 with N of 32
+#                                     recomputed, --save-trace, 3 measured steps; ARM new = the
+#                                     defaults, share0 = --min-migration-share 0, shared =
+#                                     --copy-order deadline-shared)
+#   COPIER=1                          first build and run the CUDA copier's C++ tests
+#   EXACT=1                           then the exact suite's CUDA cases
+# Run from the repository root; carry .deps.
+set -uo pipefail
+start=$SECONDS
+out=${OUT:-$PWD/out}
+work=/var/tmp/s38/$(date +%s)  # one folder a call: names repeat from call to call
+mkdir -p "$work" "$out"
+. scripts/gpu/native-module.sh
+. scripts/gpu/bench-arm.sh
+ensure_native_module "$out"; echo "built ($((SECONDS - start)) s)"
+if [ -n "${COPIER:-}" ]; then
+  { ninja -C build/gpu -j "$(nproc)" teraio_io_cuda_tests >"$work/copier-build.log" 2>&1 &&
+    build/gpu/tests/io/teraio_io_cuda_tests --gtest_filter='CudaCopier*'; } >"$work/copier.log" 2>&1
+  echo "copier tests: status $? ($((SECONDS - start)) s)"
+  grep -E "order:|ready copy|PASSED|FAILED|OK \]" "$work/copier.log" | cut -c1-200
+  tar -C "$work" -rf "$out/call.tar" copier.log copier-build.log
+fi
+if [ -n "${EXACT:-}" ]; then
+  PYTHONPATH=$(pytest_pythonpath) timeout 200 python3 -m pytest -q -p no:cacheprovider \
+    tests/python/test_training_exact.py tests/python/test_session_copy_order.py -k cuda >"$work/exact.log" 2>&1
+  echo "exact suite (cuda): status $? ($((SECONDS - start)) s)"; tail -n 5 "$work/exact.log"
+  tar -C "$work" -rf "$out/call.tar" exact.log
+fi
+i=0
+for run in ${RUNS:-}; do
+  i=$((i + 1)); name=$i-${run/:/-}
+  mkdir -p "$work/$name"
+  workload=${run%%:*}
+  case ${run##*:} in
+    share0) extra=(--min-migration-share 0) ;;
+    shared) extra=(--copy-order deadline-shared) ;;
+    *) extra=() ;;
+  esac
+  LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \
+    --modes teraio-recompute --recompute-counts "${workload#W3-c}" --recompute-measure 0 --warmup 1 --steps 3 \
+    --reserve 5GiB --host-budget 100GiB --allocator paged --paged-page 16MiB --save-trace "${extra[@]}"
+  # the trace, plan and device waits, for teraio simulate and bench/device_stalls.py here
+  runs=$(cd /var/tmp/teraio && ls -dt "$name"-*/ | head -n 1)  # this call's run of that name
+  tar -C /var/tmp/teraio -cJf "$work/$name/saved.tar.xz" $(cd /var/tmp/teraio && ls -d "$runs"*trace* \
+    "$runs"*plan* "$runs"*device-waits* 2>/dev/null)
+  # the last measured step's device waits by where their copies stood and by the size due
+  python3 bench/device_stalls.py "/var/tmp/teraio/$runs"W3-79GiB-teraio-recompute-device-waits.json \
+    --plan "/var/tmp/teraio/$runs"W3-79GiB-teraio-recompute-plan.json | tee "$work/$name/stalls.txt"
+  tar -C "$work" -rf "$out/call.tar" "$name"
+  echo "after $name: $((SECONDS - start)) s"
+done
