@@ -3,7 +3,7 @@
 compute stream (waiting), and with nothing to copy (idle), and how many copies were waited for
 before the compute stream reached them (gated: they wait for it on a side stream), and how long
 the lane held its own chunks back meanwhile so that those had the link (held, part of busy;
-copy order "deadline" only). A plan whose copies end late on a link
+copy order "deadline-alone" only). A plan whose copies end late on a link
 that was busy all along asks more than the link gives; one whose link sat idle or waiting asks at
 the wrong moments. Host clock, good to a polling interval per change of state."""
 from __future__ import annotations

@@ -9,10 +9,10 @@
 // lane's own stream that wait would hold up every chunk behind it until the GPU caught up with
 // the host (session 30 measured W3's lanes moving 15-40 GB/s while busy against the link's
 // 37-50 GB/s). A copy on the side stream is waited for already, so it is more pressing than any
-// copy still scheduled: with side_first the dispatcher queues no chunk while one moves there,
-// which gives it the whole link (beside the lane's stream it got about half: W3's backward waited
-// 0.9-1.7 s a step for such copies where the simulator, which runs copies by deadline, has none;
-// bench/RESULTS.md session 38).
+// copy still scheduled: with side_first (CopyOrder::kDeadlineAlone) the dispatcher queues no
+// chunk while one moves there, which gives it the whole link; beside the lane's chunks it may
+// get little of it (a copier test: 49 ms against 5 ms). On W3 that hold changed neither the
+// device waits nor the step (bench/RESULTS.md session 38), so it is not the default.
 #pragma once
 
 #include <cuda_runtime_api.h>

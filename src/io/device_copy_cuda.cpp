@@ -55,7 +55,7 @@ class CudaCopier final : public DeviceCopier {
   CudaCopier(int device, CopyOrder order)
       : device_(device), events_(std::make_shared<EventPool>(device)), to_host_(device), to_device_(device) {
     if (order == CopyOrder::kIssue) return;
-    const bool side_first = order == CopyOrder::kDeadline;
+    const bool side_first = order == CopyOrder::kDeadlineAlone;
     lanes_[0] = std::make_shared<CopyLane>(device, cudaMemcpyDeviceToHost, events_, side_first);
     lanes_[1] = std::make_shared<CopyLane>(device, cudaMemcpyHostToDevice, events_, side_first);
   }
@@ -75,7 +75,7 @@ class CudaCopier final : public DeviceCopier {
     // As the dispatchers read their slack back: what runs, not what was asked.
     const std::string to_host = lanes_[0]->polling_slack().describe();
     const std::string to_device = lanes_[1]->polling_slack().describe();
-    return cat(lanes_[0]->side_first() ? "deadline" : "deadline-shared", " order (",
+    return cat(lanes_[0]->side_first() ? "deadline-alone" : "deadline", " order (",
                format_bytes(CopyLane::kChunkBytes), " chunks; copies waited for ",
                lanes_[0]->side_first() ? "alone on" : "sharing", " the link; dispatchers poll with ",
                to_host == to_device ? to_host : cat(to_host, " (to host), ", to_device, " (to device)"), ")");

@@ -58,16 +58,16 @@ std::string_view to_string(CopyOrder order) {
   switch (order) {
     case CopyOrder::kIssue: return "issue";
     case CopyOrder::kDeadline: return "deadline";
-    case CopyOrder::kDeadlineShared: return "deadline-shared";
+    case CopyOrder::kDeadlineAlone: return "deadline-alone";
   }
   return "?";
 }
 
 CopyOrder parse_copy_order(std::string_view text) {
-  for (const CopyOrder order : {CopyOrder::kIssue, CopyOrder::kDeadline, CopyOrder::kDeadlineShared})
+  for (const CopyOrder order : {CopyOrder::kIssue, CopyOrder::kDeadline, CopyOrder::kDeadlineAlone})
     if (text == to_string(order)) return order;
   throw Error(ErrorKind::kInvalidArgument,
-              cat("unknown copy order '", text, "' (expected issue, deadline or deadline-shared)"));
+              cat("unknown copy order '", text, "' (expected issue, deadline or deadline-alone)"));
 }
 
 std::unique_ptr<DeviceCopier> make_host_copier() {

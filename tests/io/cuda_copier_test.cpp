@@ -263,18 +263,18 @@ TEST(CudaCopier, AGatedCopyDoesNotHoldUpTheReadyOnesBehindIt) {
   EXPECT_EQ(copier->take_link_activity()->to_device.gated_flushes, 1u);
 }
 
-// In deadline order a gated copy has the link to itself once its marker passes: the lane holds
-// the chunks of a large ready copy back meanwhile (held_s), and deadline-shared lets them go on
+// In deadline-alone order a gated copy has the link to itself once its marker passes: the lane
+// holds the chunks of a large ready copy back meanwhile (held_s); deadline order lets them go on
 // beside it. The compute stream is held by a 2 GiB copy to the host (about 40 ms); a 4 GiB copy
 // to the device (about 85 ms) runs on the lane all along; the 256 MiB gated copy moves once the
 // hold ends (about 5 ms alone, twice that if the two streams split the link). The time from the
 // hold's end to the gated copy's end is printed for both orders: the premise of the hold.
-TEST(CudaCopier, AGatedCopyHasTheLinkToItselfInDeadlineOrder) {
+TEST(CudaCopier, AGatedCopyHasTheLinkToItselfInDeadlineAloneOrder) {
   if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
   constexpr std::size_t kHold = 2048 * kMiB;
   constexpr std::size_t kReady = 4096 * kMiB;
   constexpr std::size_t kGated = 256 * kMiB;
-  for (const CopyOrder order : {CopyOrder::kDeadline, CopyOrder::kDeadlineShared}) {
+  for (const CopyOrder order : {CopyOrder::kDeadlineAlone, CopyOrder::kDeadline}) {
     auto copier = make_cuda_copier(0, order);
     PinnedBuffer host(*copier, kHold);
     PinnedBuffer source(*copier, kReady);
@@ -300,7 +300,7 @@ TEST(CudaCopier, AGatedCopyHasTheLinkToItselfInDeadlineOrder) {
                 in.held_s * 1e3);
     EXPECT_FALSE(ready_done) << to_string(order);  // otherwise the gated copy had the link anyway
     EXPECT_EQ(in.bytes, kReady + kGated);
-    if (order == CopyOrder::kDeadline) {
+    if (order == CopyOrder::kDeadlineAlone) {
       EXPECT_GT(in.held_s, 0.002);  // 256 MiB need ~5 ms at 50 GB/s
     } else {
       EXPECT_EQ(in.held_s, 0.0);
@@ -372,9 +372,9 @@ TEST(CudaCopier, AnAbandonedCopyCompletesWithoutItsUnstartedBytes) {
 TEST(CudaCopier, CopyOrdersParseAndPrint) {
   EXPECT_EQ(parse_copy_order("deadline"), CopyOrder::kDeadline);
   EXPECT_EQ(parse_copy_order("issue"), CopyOrder::kIssue);
-  EXPECT_EQ(parse_copy_order("deadline-shared"), CopyOrder::kDeadlineShared);
+  EXPECT_EQ(parse_copy_order("deadline-alone"), CopyOrder::kDeadlineAlone);
   EXPECT_EQ(to_string(CopyOrder::kDeadline), "deadline");
-  EXPECT_EQ(to_string(CopyOrder::kDeadlineShared), "deadline-shared");
+  EXPECT_EQ(to_string(CopyOrder::kDeadlineAlone), "deadline-alone");
   EXPECT_THROW(parse_copy_order("fifo"), Error);
 }
 

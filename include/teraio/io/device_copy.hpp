@@ -26,14 +26,15 @@ enum class CopyDirection { kToHost, kToDevice };
 // stream), or by CopyPriority (CopySchedule: urgent, then earliest deadline), fed to the stream
 // in chunks by a dispatcher thread, as the planner and the simulator assume. In deadline order a
 // copy that a stream already waits for while its compute marker has not passed moves on a side
-// stream (StreamWait::kGated); it is more pressing than any copy still scheduled (those are
-// waited for later, or they would have been flushed too), so kDeadline holds the lane's next
-// chunks back while it moves and it has the link to itself, as in the simulator. kDeadlineShared
-// lets the lane go on beside it (how deadline order ran up to session 37): the two streams
-// share the link, and the copy waited for gets about half of it.
-enum class CopyOrder { kIssue, kDeadline, kDeadlineShared };
+// stream (StreamWait::kGated), and the lane goes on beside it: the two streams share the link,
+// and the lane's stream may take most of it (a 256 MiB copy waited for ended 49 ms after its
+// marker beside a 4 GiB one on the lane, 5 ms alone; bench/RESULTS.md session 38). Such a copy
+// is more pressing than any still scheduled (those are waited for later, or they would have
+// been flushed too), so kDeadlineAlone holds the lane's next chunks back while it moves and it
+// has the link to itself, as in the simulator. Not the default: on W3 it ran no faster.
+enum class CopyOrder { kIssue, kDeadline, kDeadlineAlone };
 std::string_view to_string(CopyOrder order);
-// "issue", "deadline" or "deadline-shared"; throws Error{kInvalidArgument} for anything else.
+// "issue", "deadline" or "deadline-alone"; throws Error{kInvalidArgument} for anything else.
 CopyOrder parse_copy_order(std::string_view text);
 
 // Where a copy stood when a stream was made to wait for it (CopyEvent::block_stream): done
@@ -85,7 +86,7 @@ struct LinkActivity {
   std::uint64_t gated_flushes = 0;
   std::uint64_t gated_bytes = 0;
   // Of busy_s: the time the lane held a ready chunk back because a copy waited for moved on
-  // the side stream (CopyOrder::kDeadline; always 0 in kDeadlineShared).
+  // the side stream (CopyOrder::kDeadlineAlone; always 0 in kDeadline).
   double held_s = 0;
 };
 struct LinkActivities {

@@ -3,8 +3,10 @@
 # into $OUT/call.tar (a call brings back at most 8 files).
 #   RUNS="W3-c8:new W3-c8:shared ..."  the WORKLOAD:ARM pairs, in order (W3-cN: W3 with N of 32
 #                                     recomputed, --save-trace, 3 measured steps; ARM new = the
-#                                     defaults, share0 = --min-migration-share 0, shared =
-#                                     --copy-order deadline-shared)
+#                                     defaults, share0 = --min-migration-share 0, alone =
+#                                     --copy-order deadline-alone). Calls 3-4 ran before a rename:
+#                                     call 3's default then held the lane (today's alone), call 4's
+#                                     arm "shared" (--copy-order deadline-shared) is today's default.
 #   COPIER=1                          first build and run the CUDA copier's C++ tests
 #   EXACT=1                           then the exact suite's CUDA cases
 # Run from the repository root; carry .deps.
@@ -36,7 +38,7 @@ for run in ${RUNS:-}; do
   workload=${run%%:*}
   case ${run##*:} in
     share0) extra=(--min-migration-share 0) ;;
-    shared) extra=(--copy-order deadline-shared) ;;
+    alone) extra=(--copy-order deadline-alone) ;;
     *) extra=() ;;
   esac
   LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \
