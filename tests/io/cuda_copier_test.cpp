@@ -295,9 +295,10 @@ TEST(CudaCopier, AGatedCopyHasTheLinkToItselfInDeadlineAloneOrder) {
     const double gated_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - hold_end).count();
     ready->wait();
     const LinkActivity in = copier->take_link_activity()->to_device;
-    std::printf("%s order: gated copy done %.1f ms after the hold ended (ready copy %s then); lane held %.1f ms\n",
-                std::string(to_string(order)).c_str(), gated_s * 1e3, ready_done ? "done" : "still running",
-                in.held_s * 1e3);
+    std::printf(
+        "%s order: gated copy done %.1f ms after the hold ended (ready copy %s then); lane held %.1f ms\n",
+        std::string(to_string(order)).c_str(), gated_s * 1e3, ready_done ? "done" : "still running",
+        in.held_s * 1e3);
     EXPECT_FALSE(ready_done) << to_string(order);  // otherwise the gated copy had the link anyway
     EXPECT_EQ(in.bytes, kReady + kGated);
     if (order == CopyOrder::kDeadlineAlone) {
