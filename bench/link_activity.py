@@ -1,5 +1,5 @@
 """What each PCIe direction did during a step, as TeraIO's CUDA copier saw it (the step record's
-`link`, deadline order only): time with chunks on the stream (busy), with copies waiting for the
+`link`, either deadline order): time with chunks on the stream (busy), with copies waiting for the
 compute stream (waiting), and with nothing to copy (idle), and how many copies were waited for
 before the compute stream reached them (gated: they wait for it on a side stream), and how long
 the lane held its own chunks back meanwhile so that those had the link (held, part of busy;
@@ -32,7 +32,7 @@ def describe(link):
         gated = (f", {a['gated_flushes']:.0f} copies waited for ahead of their compute marker ({a['gated_bytes'] / 2**30:.1f} GiB)"
                  if a.get("gated_flushes") else "")
         if a.get("held_s"):
-            gated += f", lane held {a['held_s']:.2f} s for them"
+            gated += f", lane held {a['held_s']:.2f} s for copies waited for"
         parts.append(f"{words} busy {a['busy_s']:.2f} s{rate}, waiting {a['waiting_s']:.2f} s, idle {a['idle_s']:.2f} s"
                      f"{gated}")
     return "; ".join(parts)

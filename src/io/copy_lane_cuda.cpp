@@ -115,7 +115,8 @@ CopyLane::Flushed CopyLane::flush_for(Copy& copy, cudaStream_t stream, RestOfCop
     } else if (copy.marker > passed_marker_) {
       // Its marker has not passed yet, so none of it is on the lane's stream: the side stream
       // waits for the marker and copies it, and the lane's stream goes on with the copies that
-      // are ready. Markers not yet passed are numbered passed_marker_ + 1, + 2, ... in markers_.
+      // are ready (with side_first_, only until the marker passes). Markers not yet passed are
+      // numbered passed_marker_ + 1, + 2, ... in markers_.
       const cudaEvent_t marker = markers_.at(copy.marker - passed_marker_ - 1).second;
       check(cudaStreamWaitEvent(side_.get(), marker, 0),
             cat("cudaStreamWaitEvent(marker for ", copy.what, ")"));

@@ -122,7 +122,8 @@ struct SessionConfig {
   // taking the block back takes the free run TeraIO's own large fetches then miss.
   std::uint64_t hole_bytes = 0;
   // The order the CUDA copier runs each direction's copies in: by the plan's deadlines (as the
-  // simulator assumes; the default) or as issued. What ran is in the backends report.
+  // simulator assumes; the default), by deadline with a copy waited for alone on the link
+  // (kDeadlineAlone), or as issued. What ran is in the backends report.
   io::CopyOrder copy_order = io::CopyOrder::kDeadline;
   // Called (from the failing operator's thread) when a storage-engine error first hits a step,
   // so that the binding can stop the training code at its next Python statement.
@@ -187,8 +188,8 @@ struct StepRecord {
   // which delay kernel launches wherever the host is not far ahead of the GPU.
   double callback_s = 0;
   std::array<double, kCallbackParts> callback_parts_s{};  // parts of callback_s (callback_parts)
-  // What each PCIe direction did during the step, from the CUDA copier's dispatchers (deadline
-  // order only): whether copies ran late because the link was busy or because nothing was sent.
+  // What each PCIe direction did during the step, from the CUDA copier's dispatchers (either
+  // deadline order): whether copies ran late because the link was busy or because nothing was sent.
   std::optional<io::LinkActivities> link;
   std::size_t ops = 0;
   bool diverged = false;

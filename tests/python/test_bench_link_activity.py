@@ -44,7 +44,7 @@ def test_the_time_the_lane_held_back_for_them_is_named():
     link = step(10, 1.5, 5, 500)["link"]
     link["to_device"].update(gated_flushes=120, gated_bytes=12 * 2**30, held_s=0.75)
     assert link_activity.describe(link).endswith(
-        "120 copies waited for ahead of their compute marker (12.0 GiB), lane held 0.75 s for them")
+        "120 copies waited for ahead of their compute marker (12.0 GiB), lane held 0.75 s for copies waited for")
 
 
 def test_records_from_before_the_hold_count_as_no_hold():

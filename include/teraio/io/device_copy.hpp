@@ -82,7 +82,8 @@ struct LinkActivity {
   std::uint64_t bytes = 0;  // put on the stream
   // Copies something had to wait for before the compute stream reached their marker, and their
   // bytes: each went onto a side stream behind a device-side wait for that marker, so that the
-  // lane's stream goes on with the copies that are ready.
+  // lane's stream goes on with the copies that are ready (in deadline-alone order only until the
+  // marker passes).
   std::uint64_t gated_flushes = 0;
   std::uint64_t gated_bytes = 0;
   // Of busy_s: the time the lane held a ready chunk back because a copy waited for moved on
@@ -100,8 +101,9 @@ class DeviceCopier {
   // "host" or "cuda:N": reported by the engine, never guessed.
   virtual std::string name() const = 0;
   virtual bool is_cuda() const = 0;
-  // The order its copies run in, in words ("issue order", "deadline order (8.0 MiB chunks; dispatchers
-  // poll with 1 us timer slack)").
+  // The order its copies run in, in words ("issue order", "deadline order (8.0 MiB chunks; copies
+  // waited for sharing the link; dispatchers poll with 1 us timer slack)", "deadline-alone order
+  // (...)").
   virtual std::string order() const { return "issue order"; }
   // Whether copies of one direction complete in the order they were issued (so that waiting
   // for them in that order loses no time).
