@@ -1,12 +1,15 @@
 """Where a planned step's device stall went, against where the plan's simulation put it.
 
 The runtime times every wait for a copy that it queues on the compute stream
-(`Session.device_waits()`: operator, kind, seconds, and since session 37 where the copy stood:
-queued, flushed or gated); `teraio simulate TRACE PLAN --timeline T`
+(`Session.device_waits()`: operator, kind, seconds, since session 37 where the copy stood:
+queued, flushed or gated, and since session 38 when the GPU reached it); `teraio simulate TRACE
+PLAN --timeline T`
 writes the simulated step, each operator with the stall before it. This lines the two up by
 operator and by stretch of the step (each micro-batch's forward and backward, the optimizer), so
 that a runtime trailing its plan shows where it loses the time: everywhere a little (a per-copy
-latency) or in a few places (a plan the runtime cannot follow there).
+latency) or in a few places (a plan the runtime cannot follow there). With the GPU times of the
+waits it also sets the GPU time between them against the profile's operator times: where the
+step runs longer than its waits and its plan's compute account for.
 
   python3 bench/device_stalls.py W3-79GiB-teraio-recompute-device-waits.json \\
       --trace W3-79GiB-teraio-recompute-trace.tiotrace --plan W3-79GiB-teraio-recompute-plan.json
@@ -22,6 +25,7 @@ Other options after these go to `teraio simulate` as they are.
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import json
 import pathlib
@@ -92,6 +96,71 @@ def by_copy_due(waits, migrations):
         due = largest.get(op)
         split["no prefetch due there" if due is None else "under 64 KiB" if due < TINY_BYTES else "64 KiB or more"] += seconds
     return split
+
+
+def between_waits(waits, ops, worst=10):
+    """The GPU time between consecutive waits against the profile's operator times between them
+    (`at`, the fifth element of Session.device_waits() since session 38: when the GPU reached
+    each wait). The end of one wait to the start of the next is time the compute stream spent on
+    the operators from the first wait's operator up to the next one's; anything beyond their
+    simulated (profiled) durations is time the plan does not count: the GPU waiting for the host,
+    kernels slower than in the profile step, waits the clock does not see. Session 38 found W3's
+    steps 0.7-2.1 s longer than their waits and their plan's compute, growing with the traffic.
+    Per stretch (by the earlier wait's operator), the intervals that lost most, and how much of
+    the excess sits in intervals over 1 ms. None for waits recorded without `at`."""
+    timed = sorted((w[4], int(w[0]), w[2]) for w in waits if len(w) >= 5)
+    if len(timed) < 2:
+        return None
+    top = max(max(ops), max(op for _, op, _ in timed)) + 1
+    cumulative = [0.0] * (top + 1)  # cumulative[k]: profiled seconds of operators before k
+    for k in range(top):
+        op = ops.get(k)
+        cumulative[k + 1] = cumulative[k] + (op.end_s - op.start_s if op else 0.0)
+    ranges = stretches(ops)
+    rows = [{"stretch": name, "gpu_s": 0.0, "profiled_s": 0.0, "intervals": 0} for name, _, _ in ranges]
+    firsts = [first for _, first, _ in ranges]
+    intervals, backwards = [], 0
+    for (at, op, seconds), (later, next_op, _) in zip(timed, timed[1:]):
+        if next_op < op:  # a wait queued for an earlier operator (not expected on one stream)
+            backwards += 1
+            continue
+        gpu = later - (at + seconds)
+        profiled = cumulative[next_op] - cumulative[op]
+        row = rows[max(0, bisect.bisect_right(firsts, op) - 1)]
+        row["gpu_s"] += gpu
+        row["profiled_s"] += profiled
+        row["intervals"] += 1
+        intervals.append((gpu - profiled, op, next_op))
+    for row in rows:
+        row["excess_s"] = row["gpu_s"] - row["profiled_s"]
+    excess = sum(e for e, _, _ in intervals)
+    intervals.sort(reverse=True)
+    return {"first_op": timed[0][1], "last_op": timed[-1][1],
+            "gpu_s": sum(r["gpu_s"] for r in rows), "profiled_s": sum(r["profiled_s"] for r in rows),
+            "excess_s": excess, "excess_in_gaps_over_1ms_s": sum(e for e, _, _ in intervals if e > 1e-3),
+            "gaps_over_1ms": sum(1 for e, _, _ in intervals if e > 1e-3), "intervals": len(intervals),
+            "out_of_order": backwards, "stretches": [r for r in rows if r["intervals"]],
+            "worst": [{"excess_s": e, "from_op": a, "to_op": b,
+                       "names": sorted({ops[k].name for k in range(a, min(b + 1, a + 6)) if k in ops})}
+                      for e, a, b in intervals[:worst]]}
+
+
+def between_text(report, min_s=0.01):
+    """Text lines for between_waits' report (nothing when None)."""
+    if not report:
+        return []
+    lines = [f"between the waits (ops {report['first_op']}-{report['last_op']}, {report['intervals']} intervals): "
+             f"GPU {report['gpu_s']:.3f} s against the profile's {report['profiled_s']:.3f} s, "
+             f"{report['excess_s']:+.3f} s; {report['excess_in_gaps_over_1ms_s']:+.3f} s of it in "
+             f"{report['gaps_over_1ms']} intervals over 1 ms beyond the profile"]
+    if report["out_of_order"]:
+        lines.append(f"({report['out_of_order']} waits queued for an earlier operator than the one before: skipped)")
+    lines += [f"  {r['stretch']:<20} GPU {r['gpu_s']:7.3f} s, profile {r['profiled_s']:7.3f} s, {r['excess_s']:+.3f} s"
+              for r in report["stretches"] if abs(r["excess_s"]) >= min_s]
+    lines.append("intervals that ran longest beyond the profile:")
+    lines += [f"  ops {w['from_op']}-{w['to_op']} ({', '.join(w['names'])}): {w['excess_s'] * 1e3:+.2f} ms"
+              for w in report["worst"]]
+    return lines
 
 
 def stretches(ops):
@@ -236,7 +305,8 @@ def main(argv=None):
     report["by_how"] = by_how(step["waits"])
     if migrations is not None:
         report["copy_in_by_due"] = by_copy_due(step["waits"], migrations)
-    print("\n".join(describe(report)))
+    report["between_waits"] = between_waits(step["waits"], simulated_ops(timeline), args.worst)
+    print("\n".join(describe(report) + between_text(report["between_waits"])))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=1))
     return 0

@@ -266,7 +266,7 @@ class Session:
             self._native.set_migrations(list(self._plan_filter(self._native.migrations())))
 
     def device_waits(self):
-        """Where the last step's ``device_stall_s`` went: a list of ``(op, kind, seconds, how)``,
+        """Where the last step's ``device_stall_s`` went: a list of ``(op, kind, seconds, how, at)``,
         one per wait for a copy that held the compute stream, in the order queued. ``op`` is the
         index of the operator whose callbacks queued the wait (it holds that operator's kernels,
         or the next one's); ``kind`` is ``"copy in"`` (a tensor not back yet), ``"copy out"``
@@ -274,7 +274,10 @@ class Session:
         ``"queued"`` (all of it on its stream already), ``"flushed"`` (the rest put on the
         link's stream then), ``"gated"`` (the rest put on the side stream behind a device-side
         wait for the compute marker the copy was issued at: the host had run ahead of the GPU)
-        or ``"done"``. Empty on a CPU or while not observing."""
+        or ``"done"``; ``at`` is when the GPU reached the wait, in seconds after it reached the
+        step's first wait (the GPU time between two waits, less the profile's operator times
+        between them, is time the plan does not count: ``bench/device_stalls.py``). Empty on a
+        CPU or while not observing."""
         return self._native.device_waits()
 
     @contextlib.contextmanager

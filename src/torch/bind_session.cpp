@@ -248,8 +248,8 @@ void bind_session(py::module_& m) {
            [](const NativeSession& s) {
              py::list out;
              for (const DeviceWait& w : s.session->device_waits())
-               out.append(
-                   py::make_tuple(w.op, to_string(w.kind), w.seconds, std::string(io::to_string(w.how))));
+               out.append(py::make_tuple(w.op, to_string(w.kind), w.seconds,
+                                         std::string(io::to_string(w.how)), w.at));
              return out;
            })
       .def("abort_step",

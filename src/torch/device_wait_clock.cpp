@@ -67,8 +67,12 @@ class CudaWaitClock final : public DeviceWaitClock {
       check_cuda(cudaEventElapsedTime(&ms, pairs_[i].first, pairs_[i].second), "cudaEventElapsedTime");
       const double seconds = static_cast<double>(ms) / 1e3;
       total += seconds;
-      if (waits != nullptr && ms > 0)
-        waits->push_back(DeviceWait{tags_[i].op, tags_[i].kind, seconds, tags_[i].how});
+      if (waits == nullptr || ms <= 0) continue;
+      float since_first = 0;
+      check_cuda(cudaEventElapsedTime(&since_first, pairs_[0].first, pairs_[i].first),
+                 "cudaEventElapsedTime");
+      waits->push_back(DeviceWait{tags_[i].op, tags_[i].kind, seconds, tags_[i].how,
+                                  static_cast<double>(since_first) / 1e3});
     }
     used_ = 0;
     return total;

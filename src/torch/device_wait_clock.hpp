@@ -29,6 +29,11 @@ struct DeviceWait {
   // rest flushed onto it then, or onto the side stream behind its compute marker (gated).
   // Abandoned copies count as flushed.
   io::StreamWait how = io::StreamWait::kQueued;
+  // When the compute stream reached the wait: GPU seconds since it reached the step's first wait
+  // (measured or not). The GPU time between two waits less the profile's operator times between
+  // them is time the step spends outside the waits that the plan does not count (host late,
+  // slower kernels): bench/device_stalls.py adds it up by stretch.
+  double at = 0;
 };
 
 class DeviceWaitClock {

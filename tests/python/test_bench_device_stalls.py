@@ -138,3 +138,55 @@ def test_the_simulation_keeps_the_budget_as_the_runtime_does(monkeypatch):
     assert device_stalls.simulate("teraio", "t.tiotrace", "p.json", ["--enforce-budget"]) == TIMELINE
     assert ran[0][-3:] == ["--enforce-budget", "--budget", "74GiB"], ran[0]
     assert ran[1].count("--enforce-budget") == 1, ran[1]
+
+
+def test_the_gpu_time_between_waits_is_set_against_the_profiles_operator_times():
+    ops = device_stalls.simulated_ops(TIMELINE)
+    # The GPU reaches op 1's wait at 0, waits 2 ms, runs ops 1-2 (20 ms in the profile) in 23 ms;
+    # waits 4 ms at op 3, then runs ops 3-4 in 16.5 ms, 3.5 ms less than the profile.
+    waits = [(1, "copy in", 0.002, "gated", 0.0), (3, "copy in", 0.004, "queued", 0.025),
+             (5, "copy out", 0.001, "flushed", 0.0455)]
+    report = device_stalls.between_waits(waits, ops)
+    assert (report["first_op"], report["last_op"], report["intervals"]) == (1, 5, 2)
+    assert report["gpu_s"] == pytest.approx(0.0395) and report["profiled_s"] == pytest.approx(0.040)
+    assert report["excess_s"] == pytest.approx(-0.0005)
+    assert report["excess_in_gaps_over_1ms_s"] == pytest.approx(0.003) and report["gaps_over_1ms"] == 1
+    rows = {r["stretch"]: r for r in report["stretches"]}
+    assert rows["forward 1"]["excess_s"] == pytest.approx(0.003)    # by the earlier wait's operator
+    assert rows["backward 1"]["excess_s"] == pytest.approx(-0.0035)
+    assert "optimizer 1" not in rows                                # no interval starts there
+    assert report["worst"][0] == {"excess_s": pytest.approx(0.003), "from_op": 1, "to_op": 3, "names": ["aten::mm"]}
+    text = device_stalls.between_text(report, min_s=0.001)
+    assert text[0] == ("between the waits (ops 1-5, 2 intervals): GPU 0.039 s against the profile's 0.040 s, "
+                       "-0.001 s; +0.003 s of it in 1 intervals over 1 ms beyond the profile")
+    assert any(line.startswith("  forward 1") and line.endswith("+0.003 s") for line in text)
+    assert text[-2:] == ["  ops 1-3 (aten::mm): +3.00 ms", "  ops 3-5 (aten::mm): -3.50 ms"]
+
+
+def test_waits_without_their_gpu_times_give_no_comparison():
+    ops = device_stalls.simulated_ops(TIMELINE)
+    assert device_stalls.between_waits([(1, "copy in", 0.002, "gated"), (3, "copy in", 0.004, "queued")], ops) is None
+    assert device_stalls.between_waits([(1, "copy in", 0.002, "gated", 0.0)], ops) is None
+    assert device_stalls.between_text(None) == []
+
+
+def test_a_wait_for_an_earlier_operator_is_skipped_and_counted():
+    ops = device_stalls.simulated_ops(TIMELINE)
+    waits = [(3, "copy in", 0.001, "gated", 0.0), (2, "copy in", 0.001, "gated", 0.002),
+             (5, "copy in", 0.001, "gated", 0.030)]
+    report = device_stalls.between_waits(waits, ops)
+    assert report["out_of_order"] == 1 and report["intervals"] == 1
+    assert report["profiled_s"] == pytest.approx(0.030)  # ops 2-4, from the second wait on
+    assert "1 waits queued for an earlier operator" in "\n".join(device_stalls.between_text(report))
+
+
+def test_the_command_sets_the_gpu_time_between_waits_against_the_profile(tmp_path, capsys):
+    waits = tmp_path / "waits.json"
+    waits.write_text(json.dumps({"mode": "teraio-host", "steps": [
+        {"step": 4, "time_s": 0.2, "device_stall_s": 0.006, "waits": [[1, "copy in", 0.002, "gated", 0.0],
+                                                                      [3, "copy in", 0.004, "queued", 0.025]]}]}))
+    timeline = tmp_path / "t.json"
+    timeline.write_text(json.dumps(TIMELINE))
+    assert device_stalls.main([str(waits), "--timeline", str(timeline), "--json", str(tmp_path / "r.json")]) == 0
+    assert "between the waits (ops 1-3, 1 intervals): GPU 0.023 s against the profile's 0.020 s" in capsys.readouterr().out
+    assert json.loads((tmp_path / "r.json").read_text())["between_waits"]["excess_s"] == pytest.approx(0.003)
