@@ -295,7 +295,7 @@ def main(argv=None):
     migrations = json.loads(pathlib.Path(args.plan).read_text())["migrations"] if args.plan else None
     print(f"step {step['step']}: {step['time_s']:.3f} s, device stall {step['device_stall_s']:.3f} s")
     if args.timeline is None and args.trace is None:
-        # Where the teraio CLI is not built (the GPU machine builds the module only).
+        # Where the teraio CLI is not at hand (a GPU call whose module was carried, not built).
         print("\n".join(split_lines(step["waits"], migrations)))
         return 0
     timeline = (json.loads(pathlib.Path(args.timeline).read_text()) if args.timeline

@@ -48,9 +48,15 @@ for run in ${RUNS:-}; do
   runs=$(cd /var/tmp/teraio && ls -dt "$name"-*/ | head -n 1)  # this call's run of that name
   tar -C /var/tmp/teraio -cJf "$work/$name/saved.tar.xz" $(cd /var/tmp/teraio && ls -d "$runs"*trace* \
     "$runs"*plan* "$runs"*device-waits* 2>/dev/null)
-  # the last measured step's device waits by where their copies stood and by the size due
-  python3 bench/device_stalls.py "/var/tmp/teraio/$runs"W3-79GiB-teraio-recompute-device-waits.json \
-    --plan "/var/tmp/teraio/$runs"W3-79GiB-teraio-recompute-plan.json | tee "$work/$name/stalls.txt"
+  # the last measured step's device waits by where their copies stood and by the size due; with
+  # the teraio CLI that run-torch.sh builds beside the module, against the simulated step too
+  # (per stretch, and the GPU time between the waits against the profile's operator times)
+  saved=/var/tmp/teraio/${runs}W3-79GiB-teraio-recompute
+  simulation=()
+  [ -x build/gpu/tools/teraio/teraio ] &&
+    simulation=(--teraio build/gpu/tools/teraio/teraio --trace "$saved-trace.tiotrace" --budget 74GiB)
+  python3 bench/device_stalls.py "$saved-device-waits.json" --plan "$saved-plan.json" "${simulation[@]}" |
+    tee "$work/$name/stalls.txt"
   tar -C "$work" -rf "$out/call.tar" "$name"
   echo "after $name: $((SECONDS - start)) s"
 done
