@@ -7,6 +7,10 @@
 #                                     --copy-order deadline-alone). Calls 3-4 ran before a rename:
 #                                     call 3's default then held the lane (today's alone), call 4's
 #                                     arm "shared" (--copy-order deadline-shared) is today's default.
+#                                     prof = the defaults with --gpu-profile (one more step under
+#                                     torch.profiler, summarized in the run's log and JSON)
+#   IDEAL=1                           before the runs, measure W3's ideal here (2 and 4 layers,
+#                                     checked at 3; about 100 s), for shares of a same-machine ideal
 #   COPIER=1                          first build and run the CUDA copier's C++ tests
 #   EXACT=1                           then the exact suite's CUDA cases
 # Run from the repository root; carry .deps.
@@ -25,6 +29,14 @@ if [ -n "${COPIER:-}" ]; then
   grep -E "order:|ready copy|PASSED|FAILED|OK \]" "$work/copier.log" | cut -c1-200
   tar -C "$work" -rf "$out/call.tar" copier.log copier-build.log
 fi
+if [ -n "${IDEAL:-}" ]; then
+  PYTHONUNBUFFERED=1 PYTHONPATH=python timeout 330 python3 bench/train_llm.py --workload W3 --budget 79GiB \
+    --modes ideal --extrapolate 2,4,3 --warmup 1 --steps 3 --child-timeout 320 --out "$work/ideal" \
+    >"$work/ideal.log" 2>&1
+  echo "W3 ideal: status $? ($((SECONDS - start)) s)"; grep -hE "^\| ideal|extrapolat" "$work/ideal"/W3-*.md | cut -c1-300
+  cp "$work/ideal"/W3-*.md "$work/ideal.md" 2>/dev/null; xz -T0 -f "$work/ideal.log"
+  tar -C "$work" -rf "$out/call.tar" ideal.md ideal.log.xz
+fi
 if [ -n "${EXACT:-}" ]; then
   PYTHONPATH=$(pytest_pythonpath) timeout 200 python3 -m pytest -q -p no:cacheprovider \
     tests/python/test_training_exact.py tests/python/test_session_copy_order.py -k cuda >"$work/exact.log" 2>&1
@@ -39,6 +51,7 @@ for run in ${RUNS:-}; do
   case ${run##*:} in
     share0) extra=(--min-migration-share 0) ;;
     alone) extra=(--copy-order deadline-alone) ;;
+    prof) extra=(--gpu-profile) ;;
     *) extra=() ;;
   esac
   LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \
