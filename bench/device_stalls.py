@@ -300,12 +300,13 @@ def main(argv=None):
         return 0
     timeline = (json.loads(pathlib.Path(args.timeline).read_text()) if args.timeline
                 else simulate(args.teraio, args.trace, args.plan, extra))
-    report = compare(step["waits"], simulated_ops(timeline), args.worst)
+    ops = simulated_ops(timeline)
+    report = compare(step["waits"], ops, args.worst)
     report["step"] = step["step"]
     report["by_how"] = by_how(step["waits"])
     if migrations is not None:
         report["copy_in_by_due"] = by_copy_due(step["waits"], migrations)
-    report["between_waits"] = between_waits(step["waits"], simulated_ops(timeline), args.worst)
+    report["between_waits"] = between_waits(step["waits"], ops, args.worst)
     print("\n".join(describe(report) + between_text(report["between_waits"])))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=1))

@@ -56,8 +56,6 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   LinkActivity take_activity();
   // The dispatcher's timer slack as it read it back (core/timer_slack).
   const PollingSlack& polling_slack() const { return slack_; }
-  // Whether the lane holds its chunks back while a copy waited for moves on the side stream.
-  bool side_first() const { return side_first_; }
 
  private:
   struct Copy {

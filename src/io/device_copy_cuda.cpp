@@ -53,7 +53,11 @@ class CudaCopyEvent final : public CopyEvent {
 class CudaCopier final : public DeviceCopier {
  public:
   CudaCopier(int device, CopyOrder order)
-      : device_(device), events_(std::make_shared<EventPool>(device)), to_host_(device), to_device_(device) {
+      : device_(device),
+        order_(order),
+        events_(std::make_shared<EventPool>(device)),
+        to_host_(device),
+        to_device_(device) {
     if (order == CopyOrder::kIssue) return;
     const bool side_first = order == CopyOrder::kDeadlineAlone;
     lanes_[0] = std::make_shared<CopyLane>(device, cudaMemcpyDeviceToHost, events_, side_first);
@@ -75,9 +79,9 @@ class CudaCopier final : public DeviceCopier {
     // As the dispatchers read their slack back: what runs, not what was asked.
     const std::string to_host = lanes_[0]->polling_slack().describe();
     const std::string to_device = lanes_[1]->polling_slack().describe();
-    return cat(lanes_[0]->side_first() ? "deadline-alone" : "deadline", " order (",
-               format_bytes(CopyLane::kChunkBytes), " chunks; copies waited for ",
-               lanes_[0]->side_first() ? "alone on" : "sharing", " the link; dispatchers poll with ",
+    return cat(to_string(order_), " order (", format_bytes(CopyLane::kChunkBytes),
+               " chunks; copies waited for ", order_ == CopyOrder::kDeadlineAlone ? "alone on" : "sharing",
+               " the link; dispatchers poll with ",
                to_host == to_device ? to_host : cat(to_host, " (to host), ", to_device, " (to device)"), ")");
   }
   bool completes_in_order() const override { return !lanes_[0]; }
@@ -165,6 +169,7 @@ class CudaCopier final : public DeviceCopier {
   }
 
   int device_;
+  const CopyOrder order_;
   std::shared_ptr<EventPool> events_;
   Stream to_host_;
   Stream to_device_;
