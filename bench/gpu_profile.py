@@ -100,7 +100,7 @@ def _split_gaps(gaps, enders, runtime, scopes=None):
         calls.sort()
     starts = {tid: [c[0] for c in calls] for tid, calls in by_thread.items()}
     host_late = device_wait = unmatched = 0.0
-    held_by, outer, inner = {}, {}, {}
+    held_by, outer, inner, during = {}, {}, {}, {}
     for (g0, g1), ender in zip(gaps, enders):
         launch = launches.get(ender["args"].get("correlation"))
         if launch is None:
@@ -113,6 +113,8 @@ def _split_gaps(gaps, enders, runtime, scopes=None):
         if named is not None and late_end > g0:
             outer[named[0]] = outer.get(named[0], 0.0) + late_end - g0
             inner[named[1]] = inner.get(named[1], 0.0) + late_end - g0
+        if scopes is not None:
+            _sample_scopes(scopes, launch.get("tid"), g0, late_end, during)
         calls, keys = by_thread[launch.get("tid")], starts[launch.get("tid")]
         # One thread's runtime calls do not overlap: only the last one begun before the gap
         # can reach into it.
@@ -123,7 +125,24 @@ def _split_gaps(gaps, enders, runtime, scopes=None):
             if shared > 0:
                 held_by[name] = held_by.get(name, 0.0) + shared
             i += 1
-    return host_late, device_wait, unmatched, held_by, outer, inner
+    return host_late, device_wait, unmatched, held_by, outer, inner, during
+
+
+SAMPLE_US = 10
+
+
+def _sample_scopes(scopes, tid, start, end, during):
+    """Adds to during[name] the time of [start, end) the thread spent in each innermost scope
+    (sampled every SAMPLE_US us; "(no operator)" outside every scope). The scope at the launch
+    is the operator whose kernel came late; this is what the thread did while it was late: an
+    operator that allocated for long, or time between operators (Python, the autograd engine)."""
+    t = start
+    while t < end:
+        step = min(SAMPLE_US, end - t)
+        named = scopes.at(tid, t + step / 2)
+        name = named[1] if named is not None else "(no operator)"
+        during[name] = during.get(name, 0.0) + step
+        t += step
 
 
 def summarize_trace(path):
@@ -172,7 +191,7 @@ def summarize_trace(path):
     summary["compute_gaps_over_100us"] = len(long_idle)
     summary["compute_gaps_over_100us_s"] = sum(b - a for a, b in long_idle) / 1e6
     summary["compute_gaps_over_100us_during_copies_s"] = _overlap(long_idle, any_merged) / 1e6
-    late, wait, unmatched, held_by, outer, inner = _split_gaps(
+    late, wait, unmatched, held_by, outer, inner, during = _split_gaps(
         long_idle, [first_at[g1] for _, g1 in long_idle], runtime, _Scopes(events))
     summary["gaps_host_late_s"] = late / 1e6
     summary["gaps_device_wait_s"] = wait / 1e6
@@ -181,7 +200,8 @@ def summarize_trace(path):
     summary["gaps_host_late_in_runtime_calls_s"] = {name: t / 1e6 for name, t in top}
     # Which host scope launched the kernel the GPU waited for: the autograd node, optimizer
     # step or forward operator the host was late in.
-    for key, by_name in (("gaps_host_late_by_outer_scope_s", outer), ("gaps_host_late_by_inner_scope_s", inner)):
+    for key, by_name in (("gaps_host_late_by_outer_scope_s", outer), ("gaps_host_late_by_inner_scope_s", inner),
+                         ("gaps_host_late_during_scope_s", during)):
         summary[key] = {name: t / 1e6 for name, t in sorted(by_name.items(), key=lambda kv: -kv[1])[:8]}
     return summary
 
@@ -195,10 +215,12 @@ def held(summary):
 def late_scopes(summary):
     """The scopes the host was late in, for printing (longest first)."""
     lines = []
-    for key, what in (("gaps_host_late_by_outer_scope_s", "outermost"), ("gaps_host_late_by_inner_scope_s", "innermost")):
+    for key, what in (("gaps_host_late_by_outer_scope_s", "by the outermost scope that launched the kernel waited for"),
+                      ("gaps_host_late_by_inner_scope_s", "by the innermost scope that launched the kernel waited for"),
+                      ("gaps_host_late_during_scope_s", "by the innermost scope the launching thread was in meanwhile")):
         shown = ", ".join(f"{name} {t:.3f} s" for name, t in list((summary.get(key) or {}).items())[:5])
         if shown:
-            lines.append(f"host late, by the {what} scope that launched the kernel waited for: {shown}")
+            lines.append(f"host late, {what}: {shown}")
     return lines
 
 

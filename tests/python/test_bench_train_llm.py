@@ -236,6 +236,11 @@ def test_gpu_profile_splits_idle_compute_time_by_whether_a_copy_ran(tmp_path):
     assert "host in cudaEventSynchronize 0.000 s" in gpu_profile.describe(s)
     assert s["gaps_host_late_by_outer_scope_s"] == {"Optimizer.step#AdamW.step": pytest.approx(500e-6)}
     assert s["gaps_host_late_by_inner_scope_s"] == {"aten::_fused_adamw_": pytest.approx(500e-6)}
+    # While late (400-900), the thread was in the optimizer's step between its operators until
+    # 890, then in aten::_fused_adamw_.
+    assert s["gaps_host_late_during_scope_s"] == {"Optimizer.step#AdamW.step": pytest.approx(490e-6),
+                                                  "aten::_fused_adamw_": pytest.approx(10e-6)}
+    assert any("meanwhile: Optimizer.step#AdamW.step 0.000 s" in line for line in gpu_profile.late_scopes(s))
     assert any("Optimizer.step#AdamW.step 0.001 s" in line for line in gpu_profile.late_scopes(s))
 
 
