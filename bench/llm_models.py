@@ -53,13 +53,58 @@ class LanguageModel:
     description: str
     blocks: torch.nn.ModuleList  # the decoder layers: the unit of checkpointing and of sharding
     uses_transformers: bool
+    # Inputs copied from pinned memory without waiting (see without_host_syncs), instead of
+    # from pageable memory, which makes the host wait for the device at every micro-batch.
+    pinned_inputs: bool = False
 
     def loss(self, batch, device):
         if self.uses_transformers:
-            ids = batch.to(device)
+            ids = self._to(batch, device)
             return self.module(input_ids=ids, labels=ids).loss
         tokens, targets = batch
-        return self.module(tokens.to(device), targets.to(device))
+        return self.module(self._to(tokens, device), self._to(targets, device))
+
+    def _to(self, tensor, device):
+        if self.pinned_inputs and device.type == "cuda":
+            return tensor.pin_memory().to(device, non_blocking=True)
+        return tensor.to(device)
+
+
+def without_host_syncs(lm, device):
+    """Takes the host syncs out of every micro-batch's forward, without changing what is computed.
+    There are two: the input ids are copied from pageable memory (the host waits for the device
+    each time), and transformers (4.56 and later) checks in a Python `if` whether the position ids
+    hold several packed sequences (`.all()` on a device tensor). The inputs are then copied from
+    pinned memory without waiting, and the check is skipped: the bench's inputs are one sequence a
+    row, for which it answers None anyway. Returns what was done, for the record."""
+    lm.pinned_inputs = True
+    done = ["inputs copied from pinned memory without waiting" if device.type == "cuda" else "inputs on the CPU"]
+    if lm.uses_transformers:
+        patched = _skip_packed_sequence_check()
+        done.append(f"transformers' packed-sequence check skipped ({', '.join(patched)})" if patched
+                    else "this transformers has no packed-sequence check")
+    return "; ".join(done)
+
+
+def _no_packed_sequences(position_ids):
+    return None
+
+
+def _skip_packed_sequence_check():
+    """Replaces find_packed_sequence_indices in the transformers modules that call it from
+    _preprocess_mask_arguments (which looks it up in its own module); their names."""
+    import sys
+
+    importlib.import_module("transformers.masking_utils")  # loads the module where it lives
+
+    patched = []
+    for name, module in list(sys.modules.items()):
+        if (name.startswith("transformers") and module is not None
+                and callable(getattr(module, "find_packed_sequence_indices", None))
+                and hasattr(module, "_preprocess_mask_arguments")):
+            module.find_packed_sequence_indices = _no_packed_sequences
+            patched.append(name)
+    return sorted(patched)
 
 
 def transformers_available():

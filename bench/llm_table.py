@@ -138,6 +138,8 @@ def table_notes(table):
                          f"{plan['predicted_step_s']:.3f} s")
     workspaces = {entry["cublas_workspace"] for entry in table["modes"].values() if entry.get("cublas_workspace")}
     notes += [f"- cuBLAS workspace (every mode): {workspace}" for workspace in sorted(workspaces)]
+    syncs = {entry["host_syncs"] for entry in table["modes"].values() if entry.get("host_syncs")}
+    notes += [f"- host syncs in each micro-batch's forward (every mode): {what}" for what in sorted(syncs)]
     allocators = {entry["allocator"] for entry in table["modes"].values() if entry.get("allocator")}
     notes += [f"- CUDA allocator: {allocator}" for allocator in sorted(allocators)]
     for name, entry in table["modes"].items():

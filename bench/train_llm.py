@@ -63,7 +63,7 @@ import repeated_kv  # noqa: E402  (bench/repeated_kv.py)
 from llm_models import (  # noqa: E402  (bench/llm_models.py)
     STATE_BYTES_PER_PARAM, WORKLOADS, batch_stream, build_model, count_parameters, describe_model,
     enable_checkpointing, enable_selective_checkpointing, make_optimizer, shard_with_cpu_offload,
-    single_process_group, transformers_available)
+    single_process_group, transformers_available, without_host_syncs)
 from llm_table import (  # noqa: E402  (bench/llm_table.py)
     extrapolate_ideal, fmt_size, median_of, plot_dir, summarize, table_heading, table_markdown, table_notes)
 
@@ -118,6 +118,11 @@ def parse_args(argv):
     p.add_argument("--attn", choices=("sdpa", "eager", repeated_kv.CHOICE), default="sdpa",
                    help="attention implementation (transformers); sdpa-repeat-kv: SDPA with the key/value heads "
                         "repeated first, so that a fused kernel can take fp32 grouped heads (bench/repeated_kv.py)")
+    p.add_argument("--host-syncs", choices=("model", "off"), default="model",
+                   help="off: take the host syncs out of each micro-batch's forward without changing what is "
+                        "computed: the inputs are copied from pinned memory without waiting, and transformers' "
+                        "check for packed sequences (a .all() in a Python if) is skipped, since the inputs are "
+                        "one sequence a row. The result's host_syncs field says what was done")
     p.add_argument("--cublas-config", choices=("settle", "keep"), default="settle",
                    help="settle: drop CUBLAS_WORKSPACE_CONFIG after the deterministic check where its size is the "
                         "default (sm_90), since PyTorch parses it on every cuBLAS call; keep: leave it set")
@@ -480,6 +485,8 @@ def train(args, workload, mode, device, result, stem):
         apply_cap(args, device, result)
     lm = build_model(workload, args.attn, device)
     result["model"] = lm.description
+    result["host_syncs"] = (without_host_syncs(lm, device) if args.host_syncs == "off"
+                            else "as the model makes them (inputs copied from pageable memory)")
     if mode == "ckpt":
         enable_checkpointing(lm)
     elif mode == "sac":

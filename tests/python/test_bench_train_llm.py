@@ -58,6 +58,7 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
     tuned = table["modes"]["teraio-recompute"]["steps"]
     assert sum(not s["measured"] for s in tuned) == recompute["tuning_steps"] and sum(s["measured"] for s in tuned) == 2
     assert f"- teraio-recompute: recompute {recompute['count']} of 2 layers" in markdown
+    assert "- host syncs in each micro-batch's forward (every mode): as the model makes them" in markdown
     # The tiny workload is fp32: recasting is on but has no weight copies to make again, and says so;
     # its GELU outputs are made again (teraio.remake, on by default), in the recast mode too.
     assert "- teraio-ssd: teraio.recast: 0 weight copies (0 B) kept as recipes, 0 cast again in backward; " in markdown
@@ -254,6 +255,46 @@ def test_selective_checkpointing_peer_runs_and_is_exact(tmp_path):
     table = json.loads((out / "tiny-nocap.json").read_text())
     assert table["modes"]["sac"]["status"] == "ok", table["modes"]["sac"].get("error_detail")
     assert table["modes"]["sac"]["summary"]["exact"] is True
+
+
+def test_host_syncs_off_skips_the_packed_sequence_check_where_it_is_looked_up(monkeypatch, tmp_path):
+    sys.path.insert(0, str(SCRIPT.parent))
+    import types
+
+    import llm_models
+
+    def check(position_ids):
+        return "packed"
+
+    # The module whose _preprocess_mask_arguments looks the check up gets the replacement; one
+    # that only imported the name (no _preprocess_mask_arguments) is left alone.
+    masking = types.ModuleType("transformers.masking_utils")
+    masking.find_packed_sequence_indices, masking._preprocess_mask_arguments = check, object()
+    other = types.ModuleType("transformers.models.other")
+    other.find_packed_sequence_indices = check
+    package = types.ModuleType("transformers")
+    package.masking_utils = masking
+    for name, module in (("transformers", package), ("transformers.masking_utils", masking),
+                         ("transformers.models.other", other)):
+        monkeypatch.setitem(sys.modules, name, module)
+    lm = llm_models.LanguageModel(module=None, description="", blocks=None, uses_transformers=True)
+    import torch
+
+    done = llm_models.without_host_syncs(lm, torch.device("cuda"))
+    assert lm.pinned_inputs
+    assert done == ("inputs copied from pinned memory without waiting; transformers' packed-sequence check "
+                    "skipped (transformers.masking_utils)")
+    assert masking.find_packed_sequence_indices(None) is None and other.find_packed_sequence_indices is check
+    # On the CPU the inputs stay where they are; the pinned copy is only for CUDA.
+    cpu_run = run_bench("--workload", "tiny", "--modes", "ideal,ckpt", "--steps", "2", "--host-syncs", "off",
+                        "--out", str(tmp_path / "out"))
+    assert cpu_run.returncode == 0, cpu_run.stdout[-4000:] + cpu_run.stderr[-4000:]
+    table = json.loads((tmp_path / "out" / "tiny-nocap.json").read_text())
+    assert [entry["host_syncs"] for entry in table["modes"].values()] == ["inputs on the CPU"] * 2
+    assert table["modes"]["ckpt"]["summary"]["exact"] is True
+    cpu = llm_models.LanguageModel(module=None, description="", blocks=None, uses_transformers=False)
+    assert llm_models.without_host_syncs(cpu, torch.device("cpu")) == "inputs on the CPU"
+    assert cpu._to(torch.ones(2), torch.device("cpu")).device.type == "cpu"
 
 
 def test_gpu_profile_scopes_nest_by_parent():

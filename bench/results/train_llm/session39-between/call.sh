@@ -9,6 +9,9 @@
 #                                     arm "shared" (--copy-order deadline-shared) is today's default.
 #                                     prof = the defaults with --gpu-profile (one more step under
 #                                     torch.profiler, summarized in the run's log and JSON)
+#                                     nosync = --host-syncs off (session 39: no host sync in each
+#                                     micro-batch's forward, the same computation)
+#   NOSIM=1                           device_stalls.py without the simulated step (saves 1-2 min a run)
 #   IDEAL=1                           before the runs, measure W3's ideal here (2 and 4 layers,
 #                                     checked at 3; about 100 s), for shares of a same-machine ideal
 #   COPIER=1                          first build and run the CUDA copier's C++ tests
@@ -52,6 +55,7 @@ for run in ${RUNS:-}; do
     share0) extra=(--min-migration-share 0) ;;
     alone) extra=(--copy-order deadline-alone) ;;
     prof) extra=(--gpu-profile) ;;
+    nosync) extra=(--host-syncs off) ;;
     *) extra=() ;;
   esac
   LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \
@@ -66,7 +70,7 @@ for run in ${RUNS:-}; do
   # (per stretch, and the GPU time between the waits against the profile's operator times)
   saved=/var/tmp/teraio/${runs}W3-79GiB-teraio-recompute
   simulation=()
-  [ -x build/gpu/tools/teraio/teraio ] &&
+  [ -x build/gpu/tools/teraio/teraio ] && [ -z "${NOSIM:-}" ] &&
     simulation=(--teraio build/gpu/tools/teraio/teraio --trace "$saved-trace.tiotrace" --budget 74GiB)
   python3 bench/device_stalls.py "$saved-device-waits.json" --plan "$saved-plan.json" "${simulation[@]}" |
     tee "$work/$name/stalls.txt"
