@@ -14,6 +14,7 @@
 #   NOSIM=1                           device_stalls.py without the simulated step (saves 1-2 min a run)
 #   IDEAL=1                           before the runs, measure W3's ideal here (2 and 4 layers,
 #                                     checked at 3; about 100 s), for shares of a same-machine ideal
+#   IDEAL_ARGS="--host-syncs off"     options added to the ideal's command (session 39)
 #   COPIER=1                          first build and run the CUDA copier's C++ tests
 #   EXACT=1                           then the exact suite's CUDA cases
 # Run from the repository root; carry .deps.
@@ -34,7 +35,7 @@ if [ -n "${COPIER:-}" ]; then
 fi
 if [ -n "${IDEAL:-}" ]; then
   PYTHONUNBUFFERED=1 PYTHONPATH=python timeout 330 python3 bench/train_llm.py --workload W3 --budget 79GiB \
-    --modes ideal --extrapolate 2,4,3 --warmup 1 --steps 3 --child-timeout 320 --out "$work/ideal" \
+    --modes ideal --extrapolate 2,4,3 --warmup 1 --steps 3 --child-timeout 320 --out "$work/ideal" ${IDEAL_ARGS:-} \
     >"$work/ideal.log" 2>&1
   echo "W3 ideal: status $? ($((SECONDS - start)) s)"; grep -hE "^\| ideal|extrapolat" "$work/ideal"/W3-*.md | cut -c1-300
   cp "$work/ideal"/W3-*.md "$work/ideal.md" 2>/dev/null; xz -T0 -f "$work/ideal.log"
