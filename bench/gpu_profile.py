@@ -12,7 +12,10 @@ that ends it (CUPTI's correlation id links the two): before the launch the GPU w
 host ("host late"), after it the queued kernel waited on the device, for an event of a
 transfer ("device wait"). For the host-late part, the CUDA runtime calls that the launching
 thread sat in meanwhile are summed by name: a cudaEventSynchronize or a cudaMalloc there says
-what held the host up.
+what held the host up. For the device-wait part, the copy that landed as the wait ended is taken
+as the one waited for: whether it shared its direction of the link with another stream's copies
+(the lane beside a copy on the side stream) or had it alone, and whether it had begun before the
+wait or only after, say whether the copy ran slow or started late.
 """
 from __future__ import annotations
 
@@ -101,6 +104,7 @@ def _split_gaps(gaps, enders, runtime, scopes=None):
     starts = {tid: [c[0] for c in calls] for tid, calls in by_thread.items()}
     host_late = device_wait = unmatched = 0.0
     held_by, outer, inner, during = {}, {}, {}, {}
+    waits = []  # the device-wait part of each gap
     for (g0, g1), ender in zip(gaps, enders):
         launch = launches.get(ender["args"].get("correlation"))
         if launch is None:
@@ -109,6 +113,8 @@ def _split_gaps(gaps, enders, runtime, scopes=None):
         late_end = min(max(launch["ts"], g0), g1)
         host_late += late_end - g0
         device_wait += g1 - late_end
+        if g1 > late_end:
+            waits.append((late_end, g1))
         named = scopes.at(launch.get("tid"), launch["ts"]) if scopes is not None else None
         if named is not None and late_end > g0:
             outer[named[0]] = outer.get(named[0], 0.0) + late_end - g0
@@ -125,7 +131,7 @@ def _split_gaps(gaps, enders, runtime, scopes=None):
             if shared > 0:
                 held_by[name] = held_by.get(name, 0.0) + shared
             i += 1
-    return host_late, device_wait, unmatched, held_by, outer, inner, during
+    return host_late, device_wait, unmatched, held_by, outer, inner, during, waits
 
 
 SAMPLE_US = 10
@@ -143,6 +149,61 @@ def _sample_scopes(scopes, tid, start, end, during):
         name = named[1] if named is not None else "(no operator)"
         during[name] = during.get(name, 0.0) + step
         t += step
+
+
+# A device wait ends when the copy it waited for lands: the copy that ended last, at most this
+# long before the kernel started, is taken as the one waited for.
+AWAITED_SLACK_US = 50
+
+
+def _direction(copy):
+    return "d2h" if "DtoH" in copy["name"] else "h2d" if "HtoD" in copy["name"] else None
+
+
+def _awaited_copies(waits, copies):
+    """What the device-wait parts of the gaps ([start, end] us) waited for: the copy that ended
+    last before each wait ended (within AWAITED_SLACK_US). Splits the waits' time by whether that
+    copy shared its direction of the link with copies on other streams for over half its time
+    (the copier's lane beside a copy waited for on its side stream) or had it alone, and by
+    whether it had begun before the wait began or only after (a copy that started late, not one
+    that ran slow), and gives the rate the awaited copies moved at."""
+    by_end = sorted((c["ts"] + c["dur"], i) for i, c in enumerate(copies) if _direction(c))
+    ends = [end for end, _ in by_end]
+    by_direction = {}
+    for c in copies:
+        if direction := _direction(c):
+            by_direction.setdefault(direction, []).append((c["ts"], c["ts"] + c["dur"], c["args"].get("stream")))
+    starts, longest = {}, {}
+    for direction, spans in by_direction.items():
+        spans.sort()
+        starts[direction] = [span[0] for span in spans]
+        longest[direction] = max(end - start for start, end, _ in spans)
+    out = {"waits": len(waits), "unmatched_s": 0.0, "by_direction_s": {}, "link_shared_s": 0.0, "link_alone_s": 0.0,
+           "started_after_wait_began_s": 0.0, "awaited_bytes": 0, "awaited_busy_s": 0.0}
+    for w0, w1 in waits:
+        i = bisect.bisect_right(ends, w1 + 1) - 1  # a copy ends, then the kernel starts (1 us of rounding)
+        if i < 0 or ends[i] < w1 - AWAITED_SLACK_US:
+            out["unmatched_s"] += (w1 - w0) / 1e6
+            continue
+        copy = copies[by_end[i][1]]
+        direction, c0, c1, stream = _direction(copy), copy["ts"], copy["ts"] + copy["dur"], copy["args"].get("stream")
+        spans, keys = by_direction[direction], starts[direction]
+        others = []
+        for j in range(bisect.bisect_left(keys, c0 - longest[direction]), bisect.bisect_left(keys, c1)):
+            start, end, other_stream = spans[j]
+            if other_stream != stream and end > c0:
+                others.append((max(start, c0), min(end, c1)))
+        shared, _ = _union(others)
+        seconds = (w1 - w0) / 1e6
+        out["by_direction_s"][direction] = out["by_direction_s"].get(direction, 0.0) + seconds
+        out["link_shared_s" if shared > (c1 - c0) / 2 else "link_alone_s"] += seconds
+        if c0 > w0:
+            out["started_after_wait_began_s"] += seconds
+        out["awaited_bytes"] += copy["args"].get("bytes", 0)
+        out["awaited_busy_s"] += (c1 - c0) / 1e6
+    busy = out["awaited_busy_s"]
+    out["awaited_gbps"] = out["awaited_bytes"] / busy / 1e9 if busy else None
+    return out
 
 
 def summarize_trace(path):
@@ -191,8 +252,9 @@ def summarize_trace(path):
     summary["compute_gaps_over_100us"] = len(long_idle)
     summary["compute_gaps_over_100us_s"] = sum(b - a for a, b in long_idle) / 1e6
     summary["compute_gaps_over_100us_during_copies_s"] = _overlap(long_idle, any_merged) / 1e6
-    late, wait, unmatched, held_by, outer, inner, during = _split_gaps(
+    late, wait, unmatched, held_by, outer, inner, during, waits = _split_gaps(
         long_idle, [first_at[g1] for _, g1 in long_idle], runtime, _Scopes(events))
+    summary["device_waits_awaited"] = _awaited_copies(waits, copies)
     summary["gaps_host_late_s"] = late / 1e6
     summary["gaps_device_wait_s"] = wait / 1e6
     summary["gaps_unattributed_s"] = unmatched / 1e6
@@ -210,6 +272,19 @@ def held(summary):
     calls = summary.get("gaps_host_late_in_runtime_calls_s") or {}
     shown = ", ".join(f"{name} {t:.3f} s" for name, t in list(calls.items())[:4])
     return f" (host in {shown})" if shown else ""
+
+
+def awaited(summary):
+    """What the device waited for, in words (empty where the summary has no device waits)."""
+    a = summary.get("device_waits_awaited")
+    if not a or not a["waits"]:
+        return ""
+    rate = f"{a['awaited_gbps']:.1f} GB/s" if a["awaited_gbps"] else "-"
+    directions = ", ".join(f"{d} {t:.3f} s" for d, t in sorted(a["by_direction_s"].items()))
+    return (f"device waits ({a['waits']}) by the copy that ended as each wait did: {directions}; that copy shared its "
+            f"direction with another stream for over half its time {a['link_shared_s']:.3f} s, had it alone "
+            f"{a['link_alone_s']:.3f} s; it began only after the wait began {a['started_after_wait_began_s']:.3f} s; "
+            f"the awaited copies moved at {rate} while they ran; no copy ended there {a['unmatched_s']:.3f} s")
 
 
 def late_scopes(summary):

@@ -573,6 +573,8 @@ def train(args, workload, mode, device, result, stem):
         if args.gpu_profile and device.type == "cuda":
             result["gpu_profile"] = profile_one_step(lambda: extra_step("gpu-profile"), f"{stem}-{mode}")
             print(f"[{mode}] gpu profile: {gpu_profile.describe(result['gpu_profile'])}", flush=True)
+            if line := gpu_profile.awaited(result["gpu_profile"]):
+                print(f"[{mode}] {line}", flush=True)
             for line in gpu_profile.late_scopes(result["gpu_profile"]):
                 print(f"[{mode}] {line}", flush=True)
         if args.flush_sizes:

@@ -242,6 +242,27 @@ def test_gpu_profile_splits_idle_compute_time_by_whether_a_copy_ran(tmp_path):
     assert s["gaps_host_late_during_scope_s"] == {"Optimizer.step#AdamW.step": pytest.approx(490e-6),
                                                   "aten::_fused_adamw_": pytest.approx(10e-6)}
     assert any("meanwhile: Optimizer.step#AdamW.step 0.000 s" in line for line in gpu_profile.late_scopes(s))
+    # The device wait 100-300 ended as the d2h copy did (250, within 50 us), which had its
+    # direction alone and had begun with the wait; no copy ended as the wait 900-1000 did.
+    awaited = s["device_waits_awaited"]
+    assert awaited["waits"] == 2 and awaited["by_direction_s"] == {"d2h": pytest.approx(200e-6)}
+    assert awaited["link_alone_s"] == pytest.approx(200e-6) and awaited["link_shared_s"] == 0
+    assert awaited["started_after_wait_began_s"] == 0 and awaited["unmatched_s"] == pytest.approx(100e-6)
+    assert awaited["awaited_gbps"] == pytest.approx(1.0)
+    assert "had it alone 0.000 s" in gpu_profile.awaited(s)
+
+    # A wait of 100-1000 for an h2d copy on a side stream (400-990) that began only after the wait
+    # did, beside a lane copy (300-800) that ran through 400 of its 590 us: the link was shared.
+    events = [kernel(0, 100), kernel(1000, 100, correlation=5), runtime("cudaLaunchKernel", 20, 5, 1, correlation=5),
+              {"cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "ts": 400, "dur": 590,
+               "args": {"stream": 20, "bytes": 590_000}},
+              {"cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "ts": 300, "dur": 500,
+               "args": {"stream": 21, "bytes": 500_000}}]
+    path.write_text(json.dumps({"traceEvents": events}))
+    awaited = gpu_profile.summarize_trace(str(path))["device_waits_awaited"]
+    assert awaited["by_direction_s"] == {"h2d": pytest.approx(900e-6)}
+    assert awaited["link_shared_s"] == pytest.approx(900e-6) and awaited["link_alone_s"] == 0
+    assert awaited["started_after_wait_began_s"] == pytest.approx(900e-6)
     assert any("Optimizer.step#AdamW.step 0.001 s" in line for line in gpu_profile.late_scopes(s))
 
 
