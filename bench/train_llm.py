@@ -95,7 +95,8 @@ OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "blocks_reused", "fetc
                         "allocation_retries", "stall_by_cause_s",
                         "callback_s", "callback_parts_s", "before_op_parts_s", "freed_scans", "freed_scan_s",
                         "dropped", "bytes_dropped", "copies_given_up", "retimed", "cancelled_offloads", "bytes_abandoned",
-                        "link", "positioned", "positioned_back", "late_free_evictions")
+                        "link", "positioned", "positioned_back", "late_free_evictions", "host_syncs",
+                        "first_host_sync")
 PLAN_PREDICTIONS = ("predicted_step_s", "predicted_stall_s", "bound_step_s", "profiled_step_s")
 
 
@@ -674,6 +675,8 @@ def print_step(args, mode, record, total):
             line += f" evictions {record['evictions']}"
             if record.get("late_free_evictions"):
                 line += f" ({record['late_free_evictions']} for late frees)"
+        if record.get("host_syncs"):
+            line += f" host syncs {record['host_syncs']}"
         if record.get("cancelled_offloads"):
             line += (f" taken back {record['cancelled_offloads']}"
                      f" ({fmt_size(record.get('bytes_abandoned', 0))} not copied)")

@@ -82,6 +82,8 @@ py::dict step_dict(const StepRecord& r) {
   d["copies_given_up"] = s.copies_given_up;
   d["peak_resident"] = s.peak_resident;
   d["ops"] = r.ops;
+  d["host_syncs"] = r.host_syncs;
+  d["first_host_sync"] = r.first_host_sync;
   d["diverged"] = r.diverged;
   d["plan_error"] = r.plan_error;
   d["planned_now"] = r.planned_now;
@@ -185,6 +187,7 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   c.pcie_duplex_bandwidth = get("duplex", 0.0);
   c.probe_bytes = get("probe_bytes", c.probe_bytes);
   c.record_releases = get("record_releases", c.record_releases);
+  c.count_cpu_host_syncs = get("count_cpu_host_syncs", false);
   c.keep_copies = get("keep_copies", false);
   c.reuse_blocks = get("reuse_blocks", false);
   c.hole_bytes = get("hole_bytes", std::uint64_t{0});

@@ -214,6 +214,8 @@ void Session::begin_step() {
   check_between_steps("session.step()");
   in_step_ = true;
   op_counter_ = 0;
+  host_syncs_ = 0;
+  first_host_sync_.clear();
   births_previous_ = std::move(births_);
   births_ = Births{};
   diverged_ = false;
@@ -265,6 +267,18 @@ StepRecord Session::end_step() {
   record.step = step_index_++;
   record.phase = phase_;
   record.ops = op_counter_;
+  record.host_syncs = std::exchange(host_syncs_, 0);
+  record.first_host_sync = std::exchange(first_host_sync_, std::string{});
+  if (record.host_syncs > 0 && phase_ == SessionPhase::kPlanned && device_.is_cuda() && !host_syncs_said_) {
+    // Said once: each sync empties the GPU's queue, and the GPU then waits while the host
+    // launches again through the callbacks (W3: ~40 ms a micro-batch, bench/RESULTS.md session 39).
+    log::info(
+        cat("TeraIO: planned step ", record.step, " made the host wait for the device ", record.host_syncs,
+            " times (first: ", record.first_host_sync,
+            "); under TeraIO each costs GPU time while the host catches up: copy inputs from pinned memory "
+            "with non_blocking=True and keep .item(), .cpu() and tensor conditions out of the step"));
+    host_syncs_said_ = true;
+  }
 #ifdef TERAIO_TORCH_CUDA
   // Honest step times: the step ends when its kernels have.
   if (device_.is_cuda()) c10::cuda::getCurrentCUDAStream(device_.index()).synchronize();

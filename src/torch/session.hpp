@@ -97,6 +97,10 @@ struct SessionConfig {
   // zero_grad then cost W2 @ 16 GiB 30-36 evictions a step, and on ran it 3.8% and W3 1.4%
   // faster. Session 6 had on 5.9% slower at W2 @ 24 GiB, before most of today's runtime.
   bool record_releases = true;
+  // Tests only: count host syncs (StepRecord::host_syncs) on a CPU session too, where every
+  // tensor is on "the device" and so reads of host scalars (an optimizer's step count) would
+  // count. Syncs are counted on CUDA sessions only otherwise.
+  bool count_cpu_host_syncs = false;
   // Whether a tensor's copy may stay in its tier while the tensor is back on the device and
   // only read (a weight between micro-batches), so that moving it out again drops its device
   // memory instead of copying it (plan::Migration::kept_copy). Off: the profile records every
@@ -191,6 +195,10 @@ struct StepRecord {
   // What each PCIe direction did during the step, from the CUDA copier's dispatchers (either
   // deadline order): whether copies ran late because the link was busy or because nothing was sent.
   std::optional<io::LinkActivities> link;
+  // Operators that made the host wait for the device (host_syncs): after each the GPU waits
+  // while the host launches again through TeraIO's callbacks. The first, in words.
+  std::uint64_t host_syncs = 0;
+  std::string first_host_sync;
   std::size_t ops = 0;
   bool diverged = false;
   bool planned_now = false;  // the plan was made at the end of this step
@@ -279,6 +287,8 @@ class Session {
   };
   void on_op_start(const at::RecordFunction& fn, OpState& op, int depth, trace::Phase phase);
   void on_op_end(const at::RecordFunction& fn, OpState& op, int depth);
+  // Counts an operator that makes the host wait for the device (host_syncs), inside a step.
+  void note_host_sync(std::string_view why);
   // Nanoseconds the observer spends in this session's callbacks (any thread, through a TimedNs),
   // for the step's record.
   std::atomic<std::uint64_t>& callback_ns() { return callback_ns_; }
@@ -380,6 +390,9 @@ class Session {
   bool hole_take_failed_ = false;           // this step: not tried again until the next
   bool hole_take_warned_ = false;           // said once
   bool late_frees_said_ = false;            // said once (end_step)
+  std::uint64_t host_syncs_ = 0;            // in this step (host_syncs); under mutex_
+  std::string first_host_sync_;
+  bool host_syncs_said_ = false;  // said once (end_step)
   void take_hole();
   void open_hole(OpIndex k);
 

@@ -3,6 +3,7 @@
 // the operator, and how a failure inside a callback is carried to the training code.
 #include <algorithm>
 
+#include "host_syncs.hpp"
 #include "op_views.hpp"
 #include "op_writes.hpp"
 #include "session.hpp"
@@ -327,8 +328,18 @@ void Session::run_before_op(OpState& op, bool after_the_fact) {
   op.start_s = executor_->now_s();
 }
 
+void Session::note_host_sync(std::string_view why) {
+  std::lock_guard lock(mutex_);
+  if (!in_step_ || !observing_) return;
+  if (host_syncs_++ == 0) first_host_sync_ = cat(why, " near operator ", op_counter_);
+}
+
 void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, trace::Phase phase) {
   interrupt_if_due();
+  // At any depth: the read of a scalar is nested in aten::item, a copy in aten::to.
+  if (device_.is_cuda() || config_.count_cpu_host_syncs) {
+    if (const std::string_view why = host_sync(fn, device_); !why.empty()) note_host_sync(why);
+  }
   if (depth > 0) {
     // Nested: the outermost operator already covers its inputs, but not always what it writes.
     if (tracks_writes_) note_nested_writes(fn);
