@@ -7,6 +7,7 @@ since there every tensor is on "the device" and reads of host scalars (an optimi
 would count."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import teraio
@@ -69,3 +70,27 @@ def test_a_cpu_session_counts_none_by_itself():
 def test_copies_on_a_cpu_session_are_no_syncs():
     steps = steps_with(lambda x: (x.to("cpu", copy=True), x.clone().copy_(x)))
     assert [s["host_syncs"] for s in steps] == [0, 0, 0]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_reads_and_blocking_copies_count_and_pinned_non_blocking_copies_do_not():
+    device = torch.device("cuda")
+    x = torch.randn(64, 64, device=device)
+    pageable, pinned = torch.ones(1024), torch.ones(1024).pin_memory()
+    step_count = torch.tensor(3.0)  # a host scalar, as an optimizer keeps its step count
+
+    with teraio.Session(gpu_budget=5 * 16384, host_budget=1 << 20, device="cuda", warmup_steps=1,
+                        profile_steps=1) as session:
+        for _ in range(3):
+            with session.step():
+                kept = [x * 2]
+                for k in range(5):
+                    kept.append(kept[-1] * (k + 3))
+                sum(kept).sum().item()  # 1: a read of a device scalar
+                x.cpu()  # 2: a blocking copy to the host
+                pageable.to(device)  # 3: a blocking copy from pageable memory
+                pinned.to(device, non_blocking=True)  # not counted
+                step_count.item()  # a host scalar: not counted
+        steps = session.report()["steps"]
+    assert [s["phase"] for s in steps] == ["warmup", "profile", "planned"]
+    assert [s["host_syncs"] for s in steps] == [3, 3, 3]

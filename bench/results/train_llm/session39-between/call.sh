@@ -11,6 +11,7 @@
 #                                     torch.profiler, summarized in the run's log and JSON)
 #                                     nosync = --host-syncs off (session 39: no host sync in each
 #                                     micro-batch's forward, the same computation)
+#                                     profnosync = both (session 39)
 #   NOSIM=1                           device_stalls.py without the simulated step (saves 1-2 min a run)
 #   IDEAL=1                           before the runs, measure W3's ideal here (2 and 4 layers,
 #                                     checked at 3; about 100 s), for shares of a same-machine ideal
@@ -43,7 +44,7 @@ if [ -n "${IDEAL:-}" ]; then
 fi
 if [ -n "${EXACT:-}" ]; then
   PYTHONPATH=$(pytest_pythonpath) timeout 200 python3 -m pytest -q -p no:cacheprovider \
-    tests/python/test_training_exact.py tests/python/test_session_copy_order.py -k cuda >"$work/exact.log" 2>&1
+    tests/python/test_training_exact.py tests/python/test_session_copy_order.py tests/python/test_session_host_syncs.py -k cuda >"$work/exact.log" 2>&1
   echo "exact suite (cuda): status $? ($((SECONDS - start)) s)"; tail -n 5 "$work/exact.log"
   tar -C "$work" -rf "$out/call.tar" exact.log
 fi
@@ -57,6 +58,7 @@ for run in ${RUNS:-}; do
     alone) extra=(--copy-order deadline-alone) ;;
     prof) extra=(--gpu-profile) ;;
     nosync) extra=(--host-syncs off) ;;
+    profnosync) extra=(--gpu-profile --host-syncs off) ;;
     *) extra=() ;;
   esac
   LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \
