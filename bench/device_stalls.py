@@ -9,7 +9,9 @@ operator and by stretch of the step (each micro-batch's forward and backward, th
 that a runtime trailing its plan shows where it loses the time: everywhere a little (a per-copy
 latency) or in a few places (a plan the runtime cannot follow there). With the GPU times of the
 waits it also sets the GPU time between them against the profile's operator times: where the
-step runs longer than its waits and its plan's compute account for.
+step runs longer than its waits and its plan's compute account for. And it splits the copy-in
+waits by the simulated slack of the prefetches due (session 39): waits at the plan's tight spots
+against waits for copies the simulation lands 10 ms or more ahead, which the plan does not explain.
 
   python3 bench/device_stalls.py W3-79GiB-teraio-recompute-device-waits.json \\
       --trace W3-79GiB-teraio-recompute-trace.tiotrace --plan W3-79GiB-teraio-recompute-plan.json
@@ -96,6 +98,73 @@ def by_copy_due(waits, migrations):
         due = largest.get(op)
         split["no prefetch due there" if due is None else "under 64 KiB" if due < TINY_BYTES else "64 KiB or more"] += seconds
     return split
+
+
+SLACK_BANDS = ((0.0, "under 0.5 ms"), (5e-4, "0.5-10 ms"), (1e-2, "10 ms or more"))
+
+
+def prefetch_slack(timeline, ops):
+    """{op index: slack in seconds}: for each operator with a prefetch due, the least time any
+    of them had between its copy's simulated end and the operator's simulated start (negative
+    where the simulation stalls for it), from `teraio simulate --timeline`'s migration events."""
+    slack = {}
+    for event in timeline["traceEvents"]:
+        args = event.get("args", {})
+        if event.get("cat") != "migration" or not event.get("name", "").startswith("prefetch"):
+            continue
+        op = ops.get(int(args.get("deadline", -1)))
+        if op is None:
+            continue
+        left = op.start_s - (event["ts"] + event["dur"]) / 1e6
+        k = int(args["deadline"])
+        slack[k] = min(slack.get(k, left), left)
+    return slack
+
+
+def by_slack(waits, slack, migrations=None, worst=8):
+    """Copy-in waits split by the tightest simulated slack of the prefetches due at the waiting
+    operator: the plan's own tight spots (under 0.5 ms) against operators whose copies the
+    simulation lands 10 ms or more ahead, where a wait over 1 ms is one the plan does not explain
+    (session 39: single 16 MiB copies with 10-41 ms of slack waiting 15-43 ms, in every W3 run).
+    With the plan's migrations, the worst of those name the bytes due."""
+    waited = collections.defaultdict(float)
+    for op, kind, seconds, *_ in waits:
+        if kind == "copy in":
+            waited[int(op)] += seconds
+    bands = {name: [0, 0.0] for _, name in SLACK_BANDS}
+    bands["no prefetch due there"] = [0, 0.0]
+    unexplained = []
+    for op, seconds in waited.items():
+        if op not in slack:
+            band = "no prefetch due there"
+        else:
+            band = [name for low, name in SLACK_BANDS if slack[op] >= low or low == 0.0][-1]
+            if band == SLACK_BANDS[-1][1] and seconds > 1e-3:
+                unexplained.append((seconds, op))
+        bands[band][0] += 1
+        bands[band][1] += seconds
+    due = collections.Counter()
+    for m in migrations or []:
+        if m["direction"] == "prefetch":
+            due[m["deadline"]] += m["bytes"]
+    unexplained.sort(reverse=True)
+    return {"bands": bands, "unexplained_s": sum(s for s, _ in unexplained), "unexplained": len(unexplained),
+            "worst": [{"op": op, "waited_s": s, "slack_s": slack[op], "bytes_due": due.get(op)}
+                      for s, op in unexplained[:worst]]}
+
+
+def slack_text(report):
+    """Text lines for by_slack's report."""
+    if not report:
+        return []
+    lines = ["copy-in waits by the tightest simulated slack of the prefetches due: " + ", ".join(
+        f"{name} {n} ops {s:.3f} s" for name, (n, s) in report["bands"].items())]
+    lines.append(f"  waits over 1 ms where every prefetch due had 10 ms or more of slack: {report['unexplained']}, "
+                 f"{report['unexplained_s']:.3f} s")
+    for w in report["worst"]:
+        size = f", {w['bytes_due'] / 2**20:.1f} MiB due" if w["bytes_due"] is not None else ""
+        lines.append(f"  op {w['op']}: waited {w['waited_s'] * 1e3:.1f} ms, simulated slack {w['slack_s'] * 1e3:.1f} ms{size}")
+    return lines
 
 
 def between_waits(waits, ops, worst=10):
@@ -307,7 +376,8 @@ def main(argv=None):
     if migrations is not None:
         report["copy_in_by_due"] = by_copy_due(step["waits"], migrations)
     report["between_waits"] = between_waits(step["waits"], ops, args.worst)
-    print("\n".join(describe(report) + between_text(report["between_waits"])))
+    report["copy_in_by_slack"] = by_slack(step["waits"], prefetch_slack(timeline, ops), migrations)
+    print("\n".join(describe(report) + slack_text(report["copy_in_by_slack"]) + between_text(report["between_waits"])))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=1))
     return 0

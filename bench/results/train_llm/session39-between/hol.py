@@ -2,7 +2,7 @@
 # call3/1-W3-c8-nosync/saved.tar.xz extracts to, after
 #   teraio simulate W3-79GiB-teraio-recompute-trace.tiotrace W3-79GiB-teraio-recompute-plan.json \
 #       --enforce-budget --budget 74GiB --timeline tl.json --csv ops.csv
-import json, csv, collections
+import json, collections
 waits = json.load(open('W3-79GiB-teraio-recompute-device-waits.json'))['steps'][-1]['waits']
 plan = json.load(open('W3-79GiB-teraio-recompute-plan.json'))['migrations']
 due = collections.defaultdict(list)

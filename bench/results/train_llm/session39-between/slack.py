@@ -46,7 +46,6 @@ for op, sec in waited.items():
         big.append((sec, op, min(x[0] for x in v), sum(x[1] for x in v)))
 big.sort(reverse=True)
 secs = sorted(s for s, *_ in big)
-import bisect
 print('waits at >=10ms-slack ops: n', len(secs), 'median %.3f ms' % (st.median(secs)*1e3), 'p90 %.3f ms' % (secs[int(.9*len(secs))]*1e3), 'max %.1f ms' % (secs[-1]*1e3))
 print('  sum of those over 1 ms: %.3f s (%d)' % (sum(s for s in secs if s > 1e-3), sum(1 for s in secs if s > 1e-3)))
 for s, op, sl, b in big[:8]:
