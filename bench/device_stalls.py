@@ -104,10 +104,11 @@ SLACK_BANDS = ((0.0, "under 0.5 ms"), (5e-4, "0.5-10 ms"), (1e-2, "10 ms or more
 
 
 def prefetch_slack(timeline, ops):
-    """{op index: slack in seconds}: for each operator with a prefetch due, the least time any
-    of them had between its copy's simulated end and the operator's simulated start (negative
-    where the simulation stalls for it), from `teraio simulate --timeline`'s migration events."""
-    slack = {}
+    """({op index: slack in seconds}, {(tensor, op index): (slack, bytes)}): for each operator
+    with a prefetch due, the least time any of them had between its copy's simulated end and the
+    operator's simulated start (negative where the simulation stalls for it), and each such
+    prefetch's own, from `teraio simulate --timeline`'s migration events."""
+    slack, by_tensor = {}, {}
     for event in timeline["traceEvents"]:
         args = event.get("args", {})
         if event.get("cat") != "migration" or not event.get("name", "").startswith("prefetch"):
@@ -118,52 +119,62 @@ def prefetch_slack(timeline, ops):
         left = op.start_s - (event["ts"] + event["dur"]) / 1e6
         k = int(args["deadline"])
         slack[k] = min(slack.get(k, left), left)
-    return slack
+        if "tensor" in args:
+            by_tensor[(int(args["tensor"]), k)] = (left, args.get("bytes"))
+    return slack, by_tensor
 
 
-def by_slack(waits, slack, migrations=None, worst=8):
-    """Copy-in waits split by the tightest simulated slack of the prefetches due at the waiting
-    operator: the plan's own tight spots (under 0.5 ms) against operators whose copies the
-    simulation lands 10 ms or more ahead, where a wait over 1 ms is one the plan does not explain
-    (session 39: single 16 MiB copies with 10-41 ms of slack waiting 15-43 ms, in every W3 run).
-    With the plan's migrations, the worst of those name the bytes due."""
+def by_slack(waits, slack, migrations=None, worst=8, by_tensor=None):
+    """Copy-in waits split by the simulated slack of the prefetches due at the waiting operator:
+    the plan's own tight spots (under 0.5 ms) against copies the simulation lands 10 ms or more
+    ahead, where a wait over 1 ms is one the plan does not explain (session 39: single 16 MiB
+    copies with 10-41 ms of slack waiting 15-43 ms, in every W3 run). A wait that names its
+    tensor (the sixth element, session 39 on) is set against that tensor's prefetch (by_tensor,
+    from prefetch_slack); one that does not, against the tightest prefetch due there. With the
+    plan's migrations, the worst of those name the bytes due."""
+    by_tensor = by_tensor or {}
     waited = collections.defaultdict(float)
-    for op, kind, seconds, *_ in waits:
+    for op, kind, seconds, *rest in waits:
         if kind == "copy in":
-            waited[int(op)] += seconds
-    bands = {name: [0, 0.0] for _, name in SLACK_BANDS}
-    bands["no prefetch due there"] = [0, 0.0]
-    unexplained = []
-    for op, seconds in waited.items():
-        if op not in slack:
-            band = "no prefetch due there"
-        else:
-            band = [name for low, name in SLACK_BANDS if slack[op] >= low or low == 0.0][-1]
-            if band == SLACK_BANDS[-1][1] and seconds > 1e-3:
-                unexplained.append((seconds, op))
-        bands[band][0] += 1
-        bands[band][1] += seconds
+            tensor = rest[2] if len(rest) >= 3 and (rest[2], int(op)) in by_tensor else None
+            waited[(int(op), tensor)] += seconds
     due = collections.Counter()
     for m in migrations or []:
         if m["direction"] == "prefetch":
             due[m["deadline"]] += m["bytes"]
-    unexplained.sort(reverse=True)
-    return {"bands": bands, "unexplained_s": sum(s for s, _ in unexplained), "unexplained": len(unexplained),
-            "worst": [{"op": op, "waited_s": s, "slack_s": slack[op], "bytes_due": due.get(op)}
-                      for s, op in unexplained[:worst]]}
+    bands = {name: [0, 0.0] for _, name in SLACK_BANDS}
+    bands["no prefetch due there"] = [0, 0.0]
+    unexplained = []
+    for (op, tensor), seconds in waited.items():
+        left, size = by_tensor[(tensor, op)] if tensor is not None else (slack.get(op), due.get(op))
+        if left is None:
+            band = "no prefetch due there"
+        else:
+            band = [name for low, name in SLACK_BANDS if left >= low or low == 0.0][-1]
+            if band == SLACK_BANDS[-1][1] and seconds > 1e-3:
+                unexplained.append((seconds, op, left, size, tensor))
+        bands[band][0] += 1
+        bands[band][1] += seconds
+    unexplained.sort(key=lambda u: -u[0])
+    return {"bands": bands, "unexplained_s": sum(u[0] for u in unexplained), "unexplained": len(unexplained),
+            "worst": [{"op": op, "waited_s": s, "slack_s": left, "bytes_due": size, "tensor": tensor}
+                      for s, op, left, size, tensor in unexplained[:worst]]}
 
 
 def slack_text(report):
     """Text lines for by_slack's report."""
     if not report:
         return []
-    lines = ["copy-in waits by the tightest simulated slack of the prefetches due: " + ", ".join(
-        f"{name} {n} ops {s:.3f} s" for name, (n, s) in report["bands"].items())]
-    lines.append(f"  waits over 1 ms where every prefetch due had 10 ms or more of slack: {report['unexplained']}, "
+    lines = ["copy-in waits by the simulated slack of their prefetch (the tightest due at the operator where a wait "
+             "does not name its tensor): " + ", ".join(
+        f"{name} {n} waits {s:.3f} s" for name, (n, s) in report["bands"].items())]
+    lines.append(f"  waits over 1 ms for prefetches with 10 ms or more of slack: {report['unexplained']}, "
                  f"{report['unexplained_s']:.3f} s")
     for w in report["worst"]:
         size = f", {w['bytes_due'] / 2**20:.1f} MiB due" if w["bytes_due"] is not None else ""
-        lines.append(f"  op {w['op']}: waited {w['waited_s'] * 1e3:.1f} ms, simulated slack {w['slack_s'] * 1e3:.1f} ms{size}")
+        tensor = f" (tensor {w['tensor']})" if w["tensor"] is not None else ""
+        lines.append(f"  op {w['op']}: waited {w['waited_s'] * 1e3:.1f} ms, simulated slack {w['slack_s'] * 1e3:.1f} ms"
+                     f"{size}{tensor}")
     return lines
 
 
@@ -376,7 +387,8 @@ def main(argv=None):
     if migrations is not None:
         report["copy_in_by_due"] = by_copy_due(step["waits"], migrations)
     report["between_waits"] = between_waits(step["waits"], ops, args.worst)
-    report["copy_in_by_slack"] = by_slack(step["waits"], prefetch_slack(timeline, ops), migrations)
+    slack, by_tensor = prefetch_slack(timeline, ops)
+    report["copy_in_by_slack"] = by_slack(step["waits"], slack, migrations, by_tensor=by_tensor)
     print("\n".join(describe(report) + slack_text(report["copy_in_by_slack"]) + between_text(report["between_waits"])))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=1))

@@ -268,7 +268,7 @@ class Session:
             self._native.set_migrations(list(self._plan_filter(self._native.migrations())))
 
     def device_waits(self):
-        """Where the last step's ``device_stall_s`` went: a list of ``(op, kind, seconds, how, at)``,
+        """Where the last step's ``device_stall_s`` went: a list of ``(op, kind, seconds, how, at, tensor)``,
         one per wait for a copy that held the compute stream, in the order queued. ``op`` is the
         index of the operator whose callbacks queued the wait (it holds that operator's kernels,
         or the next one's); ``kind`` is ``"copy in"`` (a tensor not back yet), ``"copy out"``
@@ -278,8 +278,9 @@ class Session:
         wait for the compute marker the copy was issued at: the host had run ahead of the GPU)
         or ``"done"``; ``at`` is when the GPU reached the wait, in seconds after it reached the
         step's first wait (the GPU time between two waits, less the profile's operator times
-        between them, is time the plan does not count: ``bench/device_stalls.py``). Empty on a
-        CPU or while not observing."""
+        between them, is time the plan does not count: ``bench/device_stalls.py``); ``tensor`` is
+        the id of the tensor whose copy it waited for, as the trace and the plan name it. Empty on
+        a CPU or while not observing."""
         return self._native.device_waits()
 
     @contextlib.contextmanager

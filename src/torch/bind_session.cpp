@@ -252,7 +252,7 @@ void bind_session(py::module_& m) {
              py::list out;
              for (const DeviceWait& w : s.session->device_waits())
                out.append(py::make_tuple(w.op, to_string(w.kind), w.seconds,
-                                         std::string(io::to_string(w.how)), w.at));
+                                         std::string(io::to_string(w.how)), w.at, w.tensor));
              return out;
            })
       .def("abort_step",

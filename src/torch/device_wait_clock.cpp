@@ -25,8 +25,8 @@ namespace {
 // The host copier's copies have completed when they return: nothing is ever waited for.
 class HostWaitClock final : public DeviceWaitClock {
  public:
-  void block(io::CopyEvent& copy, std::uint32_t, DeviceWaitKind) override { copy.wait(); }
-  std::size_t block_started(io::CopyEvent& copy, std::uint32_t) override {
+  void block(io::CopyEvent& copy, std::uint32_t, DeviceWaitKind, std::uint64_t) override { copy.wait(); }
+  std::size_t block_started(io::CopyEvent& copy, std::uint32_t, std::uint64_t) override {
     copy.wait();
     return 0;
   }
@@ -47,12 +47,12 @@ class CudaWaitClock final : public DeviceWaitClock {
   CudaWaitClock(const CudaWaitClock&) = delete;
   CudaWaitClock& operator=(const CudaWaitClock&) = delete;
 
-  void block(io::CopyEvent& copy, std::uint32_t op, DeviceWaitKind kind) override {
-    measured(op, kind, [&](cudaStream_t stream) { return copy.block_stream(stream); });
+  void block(io::CopyEvent& copy, std::uint32_t op, DeviceWaitKind kind, std::uint64_t tensor) override {
+    measured(op, kind, tensor, [&](cudaStream_t stream) { return copy.block_stream(stream); });
   }
-  std::size_t block_started(io::CopyEvent& copy, std::uint32_t op) override {
+  std::size_t block_started(io::CopyEvent& copy, std::uint32_t op, std::uint64_t tensor) override {
     std::size_t dropped = 0;
-    measured(op, DeviceWaitKind::kAbandoned, [&](cudaStream_t stream) {
+    measured(op, DeviceWaitKind::kAbandoned, tensor, [&](cudaStream_t stream) {
       dropped = copy.abandon(stream);
       return io::StreamWait::kFlushed;  // its rest dropped, or queued behind what it has started
     });
@@ -72,7 +72,7 @@ class CudaWaitClock final : public DeviceWaitClock {
       check_cuda(cudaEventElapsedTime(&since_first, pairs_[0].first, pairs_[i].first),
                  "cudaEventElapsedTime");
       waits->push_back(DeviceWait{tags_[i].op, tags_[i].kind, seconds, tags_[i].how,
-                                  static_cast<double>(since_first) / 1e3});
+                                  static_cast<double>(since_first) / 1e3, tags_[i].tensor});
     }
     used_ = 0;
     return total;
@@ -82,7 +82,7 @@ class CudaWaitClock final : public DeviceWaitClock {
   // Queues `wait` on the compute stream between two events that time it; `wait` returns where
   // the copy stood (io::StreamWait).
   template <typename Wait>
-  void measured(std::uint32_t op, DeviceWaitKind kind, Wait&& wait) {
+  void measured(std::uint32_t op, DeviceWaitKind kind, std::uint64_t tensor, Wait&& wait) {
     if (used_ == pairs_.size()) {
       cudaEvent_t before = nullptr;
       cudaEvent_t after = nullptr;
@@ -92,6 +92,7 @@ class CudaWaitClock final : public DeviceWaitClock {
       tags_.emplace_back();
     }
     tags_[used_] = DeviceWait{op, kind, 0};
+    tags_[used_].tensor = tensor;
     auto [before, after] = pairs_[used_];
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
     check_cuda(cudaEventRecord(before, stream), "cudaEventRecord(before a device wait)");

@@ -34,6 +34,10 @@ struct DeviceWait {
   // them is time the step spends outside the waits that the plan does not count (host late,
   // slower kernels): bench/device_stalls.py adds it up by stretch.
   double at = 0;
+  // The tensor whose copy it waited for (the plan's and the trace's id): which migration ran
+  // late, for bench/device_stalls.py to set against the plan (session 39 found single 16 MiB
+  // copies with 10-41 ms of simulated slack waiting 15-43 ms, known only by operator then).
+  std::uint64_t tensor = 0;
 };
 
 class DeviceWaitClock {
@@ -41,10 +45,10 @@ class DeviceWaitClock {
   virtual ~DeviceWaitClock() = default;
   // Makes the device's current compute stream wait for `copy` (the CPU: waits on the host);
   // `op` and `kind` say which operator queued the wait and why (collect's waits).
-  virtual void block(io::CopyEvent& copy, std::uint32_t op, DeviceWaitKind kind) = 0;
+  virtual void block(io::CopyEvent& copy, std::uint32_t op, DeviceWaitKind kind, std::uint64_t tensor) = 0;
   // The same for a copy no longer wanted: waits for the bytes it has started only
   // (CopyEvent::abandon). Returns the bytes it will not copy.
-  virtual std::size_t block_started(io::CopyEvent& copy, std::uint32_t op) = 0;
+  virtual std::size_t block_started(io::CopyEvent& copy, std::uint32_t op, std::uint64_t tensor) = 0;
   // Seconds the compute stream waited since the last call. Waits for the latest measured wait
   // to have passed on the device (one host synchronization per call: call it once per step).
   // `waits`, when given, receives each wait that held the stream (any time at all), in order.

@@ -157,13 +157,13 @@ void StorageMemory::release(TensorId id) {
 void StorageMemory::release_after(TensorId id, io::CopyEvent& copied_out) {
   // The wait is queued before the block goes back: the allocator hands it out again only to
   // work queued after the wait on the compute stream.
-  clock_->block(copied_out, op_, DeviceWaitKind::kCopyOut);
+  clock_->block(copied_out, op_, DeviceWaitKind::kCopyOut, id);
   release(id);
 }
 
 void StorageMemory::use_after(TensorId id, io::CopyEvent& copied_in) {
   // Handed back after the wait is queued, for the same reason as in release_after.
-  clock_->block(copied_in, op_, DeviceWaitKind::kCopyIn);
+  clock_->block(copied_in, op_, DeviceWaitKind::kCopyIn, id);
   hand_back(id);
 }
 
@@ -171,7 +171,7 @@ std::uint64_t StorageMemory::cancel_copy_out(TensorId id, io::CopyEvent& copying
   // Handed back after the wait is queued: the program may free the storage at once, and the
   // allocator then reuses or unmaps the block in compute-stream order, after the bytes the
   // copy has started (a copy issued later from an unmapped block failed on the H100).
-  const std::size_t dropped = clock_->block_started(copying_out, op_);
+  const std::size_t dropped = clock_->block_started(copying_out, op_, id);
   hand_back(id);
   return dropped;
 }

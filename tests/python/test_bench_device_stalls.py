@@ -193,19 +193,20 @@ def test_the_command_sets_the_gpu_time_between_waits_against_the_profile(tmp_pat
 
 
 def test_copy_in_waits_are_split_by_the_simulated_slack_of_the_prefetches_due(tmp_path, capsys):
-    def prefetch(deadline, start_ms, end_ms):
-        return {"ph": "X", "pid": 1, "tid": 2, "cat": "migration", "name": "prefetch 7", "ts": start_ms * 1e3,
-                "dur": (end_ms - start_ms) * 1e3, "args": {"deadline": deadline, "bytes": 1 << 20}}
+    def prefetch(deadline, start_ms, end_ms, tensor):
+        return {"ph": "X", "pid": 1, "tid": 2, "cat": "migration", "name": f"prefetch {tensor}", "ts": start_ms * 1e3,
+                "dur": (end_ms - start_ms) * 1e3, "args": {"deadline": deadline, "bytes": 1 << 20, "tensor": tensor}}
 
     # Op 1 (starts at 10 ms) has two prefetches due, the tighter landing 0.1 ms ahead; op 3 (35
     # ms) one landing 1 ms ahead; op 5 (55 ms) one landing 15 ms ahead. An offload does not count.
     timeline = {"traceEvents": TIMELINE["traceEvents"] + [
-        prefetch(1, 0, 9.9), prefetch(1, 0, 5), prefetch(3, 20, 34), prefetch(5, 30, 40),
+        prefetch(1, 0, 9.9, 6), prefetch(1, 0, 5, 8), prefetch(3, 20, 34, 9), prefetch(5, 30, 40, 7),
         {"ph": "X", "pid": 1, "tid": 2, "cat": "migration", "name": "offload 9", "ts": 0, "dur": 60e3,
          "args": {"deadline": 6, "bytes": 1 << 20}}]}
     ops = device_stalls.simulated_ops(timeline)
-    slack = device_stalls.prefetch_slack(timeline, ops)
+    slack, by_tensor = device_stalls.prefetch_slack(timeline, ops)
     assert slack == {1: pytest.approx(0.0001), 3: pytest.approx(0.001), 5: pytest.approx(0.015)}
+    assert by_tensor[(7, 5)] == (pytest.approx(0.015), 1 << 20)
     waits = [(1, "copy in", 0.002, "gated", 0.0), (3, "copy in", 0.004, "gated", 0.02),
              (5, "copy in", 0.003, "gated", 0.05), (5, "copy out", 0.009, "gated", 0.06),
              (6, "copy in", 0.001, "flushed", 0.07)]
@@ -218,12 +219,18 @@ def test_copy_in_waits_are_split_by_the_simulated_slack_of_the_prefetches_due(tm
     # Op 5's 3 ms wait is one the plan does not explain: 15 ms of slack, 16 MiB due.
     assert report["unexplained"] == 1 and report["unexplained_s"] == pytest.approx(0.003)
     assert report["worst"] == [{"op": 5, "waited_s": pytest.approx(0.003), "slack_s": pytest.approx(0.015),
-                                "bytes_due": 16 << 20}]
+                                "bytes_due": 16 << 20, "tensor": None}]
     assert device_stalls.slack_text(report)[-1] == "  op 5: waited 3.0 ms, simulated slack 15.0 ms, 16.0 MiB due"
+    # A wait that names its tensor is set against that tensor's prefetch: op 1's wait for tensor
+    # 8 (landed 5 ms ahead) is in the 0.5-10 ms band, not under 0.5 ms with op 1's tighter one.
+    named = device_stalls.by_slack([(1, "copy in", 0.002, "gated", 0.0, 8), (1, "copy in", 0.001, "gated", 0.0, 99)],
+                                   slack, by_tensor=by_tensor)
+    assert named["bands"]["0.5-10 ms"] == [1, pytest.approx(0.002)]
+    assert named["bands"]["under 0.5 ms"] == [1, pytest.approx(0.001)]  # tensor 99: not a prefetch due there
     # The command prints the split with a simulation.
     path = tmp_path / "waits.json"
     path.write_text(json.dumps({"steps": [{"step": 3, "time_s": 0.1, "device_stall_s": 0.019,
                                            "waits": [list(w) for w in waits]}]}))
     (tmp_path / "t.json").write_text(json.dumps(timeline))
     assert device_stalls.main([str(path), "--timeline", str(tmp_path / "t.json")]) == 0
-    assert "waits over 1 ms where every prefetch due had 10 ms or more of slack: 1, 0.003 s" in capsys.readouterr().out
+    assert "waits over 1 ms for prefetches with 10 ms or more of slack: 1, 0.003 s" in capsys.readouterr().out

@@ -16,7 +16,7 @@ for target in (145280, 139807, 18340, 160219, 155088):
     i = idx[target]
     print(f'--- op {target}')
     for w in waits[max(0, i - 12): i + 2]:
-        op, kind, sec, how, at = w
+        op, kind, sec, how, at = w[:5]
         sizes = [m['bytes'] >> 20 for m in due.get(op, [])] if kind == 'copy in' else []
         issue = [m['issue_before'] for m in due.get(op, [])] if kind == 'copy in' else []
         print(f'  op {op:6d} {kind:9s} {how:8s} wait {sec*1e3:7.3f} ms at {at:8.4f}s  due MiB {sizes} issued at {issue}')
