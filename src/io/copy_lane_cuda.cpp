@@ -1,5 +1,6 @@
 #include "copy_lane_cuda.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "teraio/core/strings.hpp"
@@ -44,13 +45,15 @@ class CopyLane::Event final : public CopyEvent {
   std::shared_ptr<Copy> copy_;
 };
 
-CopyLane::CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events, bool side_first)
+CopyLane::CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events, bool side_first,
+                   bool chunked_rests)
     : device_(device),
       kind_(kind),
       events_(std::move(events)),
       stream_(device),
       side_(device),
-      side_first_(side_first) {
+      side_first_(side_first),
+      chunked_rests_(chunked_rests) {
   dispatcher_ = std::thread([this] {
     name_this_thread(kind_ == cudaMemcpyDeviceToHost ? "teraio-lane-d2h" : "teraio-lane-h2d");
     run();
@@ -122,11 +125,10 @@ CopyLane::Flushed CopyLane::flush_for(Copy& copy, cudaStream_t stream, RestOfCop
             cat("cudaStreamWaitEvent(marker for ", copy.what, ")"));
       ++activity_.gated_flushes;
       activity_.gated_bytes += rest->bytes;
-      submit(*rest, side_.get(), side_queued_);
-      side_queued_.back().marker = copy.marker;
+      submit_rest(*rest, side_.get(), side_queued_, copy.marker);
       flushed.how = StreamWait::kGated;
     } else {
-      submit(*rest);
+      submit_rest(*rest, stream_.get(), queued_, 0);
     }
   }
   if (started) check(cudaStreamWaitEvent(stream, copy.done, 0), cat("cudaStreamWaitEvent(", copy.what, ")"));
@@ -187,6 +189,18 @@ void CopyLane::submit(const CopySchedule::Chunk& chunk, cudaStream_t stream, std
     copy->error = std::make_exception_ptr(Error(ErrorKind::kCuda, cat("cudaEventRecord(", copy->what, ")")));
   }
   queued.push_back(std::move(entry));
+}
+
+void CopyLane::submit_rest(const CopySchedule::Chunk& rest, cudaStream_t stream, std::deque<Queued>& queued,
+                           std::uint64_t marker) {
+  std::size_t offset = rest.offset;
+  const std::size_t end = rest.offset + rest.bytes;
+  do {
+    const std::size_t piece = chunked_rests_ ? std::min(kChunkBytes, end - offset) : end - offset;
+    submit(CopySchedule::Chunk{rest.id, offset, piece, offset + piece == end && rest.last}, stream, queued);
+    queued.back().marker = marker;
+    offset += piece;
+  } while (offset < end);
 }
 
 void CopyLane::account() {

@@ -41,7 +41,8 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   static constexpr std::size_t kChunkBytes = 8ull << 20;  // ~160 us at 50 GB/s
   static constexpr std::size_t kWindow = 2;               // chunks queued on the stream at once
 
-  CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events, bool side_first);
+  CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events, bool side_first,
+           bool chunked_rests = false);
   // Runs every copy still scheduled (its compute-stream waits pass as the device works), then
   // stops the dispatcher and drains the stream.
   ~CopyLane();
@@ -88,6 +89,10 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   // Queues a chunk on `stream` and its event on `queued` (the lane's own or the side's).
   void submit(const CopySchedule::Chunk& chunk, cudaStream_t stream, std::deque<Queued>& queued);
   void submit(const CopySchedule::Chunk& chunk) { submit(chunk, stream_.get(), queued_); }
+  // Queues the rest of a copy waited for (flush_for) on `stream`: as one piece, or in chunks of
+  // kChunkBytes with chunked_rests_; each piece on the side stream keeps the copy's marker.
+  void submit_rest(const CopySchedule::Chunk& rest, cudaStream_t stream, std::deque<Queued>& queued,
+                   std::uint64_t marker);
   // Retires the completed front of one queue (each completes in its stream's order).
   void retire_finished(std::deque<Queued>& queued);
   // What flush_for does with the chunks of a copy not yet queued: queue them now (behind the
@@ -110,6 +115,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   Stream stream_;
   Stream side_;  // copies waited for before their compute marker passed (flush_for)
   const bool side_first_;
+  const bool chunked_rests_;  // CopyOrder::kDeadlineChunked
 
   std::mutex mutex_;
   std::condition_variable work_;      // the dispatcher: a copy arrived or the lane stops

@@ -60,8 +60,11 @@ class CudaCopier final : public DeviceCopier {
         to_device_(device) {
     if (order == CopyOrder::kIssue) return;
     const bool side_first = order == CopyOrder::kDeadlineAlone;
-    lanes_[0] = std::make_shared<CopyLane>(device, cudaMemcpyDeviceToHost, events_, side_first);
-    lanes_[1] = std::make_shared<CopyLane>(device, cudaMemcpyHostToDevice, events_, side_first);
+    const bool chunked_rests = order == CopyOrder::kDeadlineChunked;
+    lanes_[0] =
+        std::make_shared<CopyLane>(device, cudaMemcpyDeviceToHost, events_, side_first, chunked_rests);
+    lanes_[1] =
+        std::make_shared<CopyLane>(device, cudaMemcpyHostToDevice, events_, side_first, chunked_rests);
   }
 
   std::string name() const override { return cat("cuda:", device_); }
@@ -81,7 +84,8 @@ class CudaCopier final : public DeviceCopier {
     const std::string to_device = lanes_[1]->polling_slack().describe();
     return cat(to_string(order_), " order (", format_bytes(CopyLane::kChunkBytes),
                " chunks; copies waited for ", order_ == CopyOrder::kDeadlineAlone ? "alone on" : "sharing",
-               " the link; dispatchers poll with ",
+               " the link", order_ == CopyOrder::kDeadlineChunked ? ", their rests in chunks too" : "",
+               "; dispatchers poll with ",
                to_host == to_device ? to_host : cat(to_host, " (to host), ", to_device, " (to device)"), ")");
   }
   bool completes_in_order() const override { return !lanes_[0]; }

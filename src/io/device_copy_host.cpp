@@ -59,15 +59,18 @@ std::string_view to_string(CopyOrder order) {
     case CopyOrder::kIssue: return "issue";
     case CopyOrder::kDeadline: return "deadline";
     case CopyOrder::kDeadlineAlone: return "deadline-alone";
+    case CopyOrder::kDeadlineChunked: return "deadline-chunked";
   }
   return "?";
 }
 
 CopyOrder parse_copy_order(std::string_view text) {
-  for (const CopyOrder order : {CopyOrder::kIssue, CopyOrder::kDeadline, CopyOrder::kDeadlineAlone})
+  for (const CopyOrder order :
+       {CopyOrder::kIssue, CopyOrder::kDeadline, CopyOrder::kDeadlineAlone, CopyOrder::kDeadlineChunked})
     if (text == to_string(order)) return order;
-  throw Error(ErrorKind::kInvalidArgument,
-              cat("unknown copy order '", text, "' (expected issue, deadline or deadline-alone)"));
+  throw Error(
+      ErrorKind::kInvalidArgument,
+      cat("unknown copy order '", text, "' (expected issue, deadline, deadline-alone or deadline-chunked)"));
 }
 
 std::unique_ptr<DeviceCopier> make_host_copier() {

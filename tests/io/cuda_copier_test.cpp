@@ -274,7 +274,8 @@ TEST(CudaCopier, AGatedCopyHasTheLinkToItselfInDeadlineAloneOrder) {
   constexpr std::size_t kHold = 2048 * kMiB;
   constexpr std::size_t kReady = 4096 * kMiB;
   constexpr std::size_t kGated = 256 * kMiB;
-  for (const CopyOrder order : {CopyOrder::kDeadlineAlone, CopyOrder::kDeadline}) {
+  for (const CopyOrder order :
+       {CopyOrder::kDeadlineAlone, CopyOrder::kDeadline, CopyOrder::kDeadlineChunked}) {
     auto copier = make_cuda_copier(0, order);
     PinnedBuffer host(*copier, kHold);
     PinnedBuffer source(*copier, kReady);
@@ -301,6 +302,10 @@ TEST(CudaCopier, AGatedCopyHasTheLinkToItselfInDeadlineAloneOrder) {
         in.held_s * 1e3);
     EXPECT_FALSE(ready_done) << to_string(order);  // otherwise the gated copy had the link anyway
     EXPECT_EQ(in.bytes, kReady + kGated);
+    // The gated copy's rest: one piece, or 8 MiB chunks in deadline-chunked order.
+    EXPECT_EQ(in.chunks,
+              kReady / (8 * kMiB) + (order == CopyOrder::kDeadlineChunked ? kGated / (8 * kMiB) : 1))
+        << to_string(order);
     if (order == CopyOrder::kDeadlineAlone) {
       EXPECT_GT(in.held_s, 0.002);  // 256 MiB need ~5 ms at 50 GB/s
     } else {
@@ -374,8 +379,10 @@ TEST(CudaCopier, CopyOrdersParseAndPrint) {
   EXPECT_EQ(parse_copy_order("deadline"), CopyOrder::kDeadline);
   EXPECT_EQ(parse_copy_order("issue"), CopyOrder::kIssue);
   EXPECT_EQ(parse_copy_order("deadline-alone"), CopyOrder::kDeadlineAlone);
+  EXPECT_EQ(parse_copy_order("deadline-chunked"), CopyOrder::kDeadlineChunked);
   EXPECT_EQ(to_string(CopyOrder::kDeadline), "deadline");
   EXPECT_EQ(to_string(CopyOrder::kDeadlineAlone), "deadline-alone");
+  EXPECT_EQ(to_string(CopyOrder::kDeadlineChunked), "deadline-chunked");
   EXPECT_THROW(parse_copy_order("fifo"), Error);
 }
 

@@ -1,6 +1,7 @@
 """Session(copy_order=...): the CUDA copier runs each direction's copies by the plan's
 deadlines (the default, as the planner and simulator assume; "deadline-alone" gives a copy
-waited for the link to itself) or as issued. Whichever runs is named in the session's backends
+waited for the link to itself, "deadline-chunked" queues the rest of such a copy in chunks too) or as
+issued. Whichever runs is named in the session's backends
 report; the training itself is bit-exact either way."""
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def test_the_cpu_copier_says_it_runs_copies_as_issued():
 
 
 @requires_cuda
-@pytest.mark.parametrize("order", ["deadline", "deadline-alone", "issue"])
+@pytest.mark.parametrize("order", ["deadline", "deadline-alone", "deadline-chunked", "issue"])
 def test_the_cuda_copier_reports_the_order_that_runs(order):
     with teraio.Session(gpu_budget="1GiB", device="cuda", copy_order=order) as session:
         assert f"copier cuda:0 in {order} order" in session.report()["backends"]

@@ -32,9 +32,15 @@ enum class CopyDirection { kToHost, kToDevice };
 // is more pressing than any still scheduled (those are waited for later, or they would have
 // been flushed too), so kDeadlineAlone holds the lane's next chunks back while it moves and it
 // has the link to itself, as in the simulator. Not the default: on W3 it ran no faster.
-enum class CopyOrder { kIssue, kDeadline, kDeadlineAlone };
+// kDeadlineChunked is kDeadline with the rest of a copy waited for (flushed or gated) queued in
+// chunks too, not as one cudaMemcpyAsync: on W3, single 16 MiB copies that the simulation lands
+// 10-41 ms ahead waited 15-43 ms beside 224-512 MiB copies moved as one piece each (bench/
+// RESULTS.md session 39); a stream's long copy may keep the other stream's off the link. Not yet
+// measured on a GPU.
+enum class CopyOrder { kIssue, kDeadline, kDeadlineAlone, kDeadlineChunked };
 std::string_view to_string(CopyOrder order);
-// "issue", "deadline" or "deadline-alone"; throws Error{kInvalidArgument} for anything else.
+// "issue", "deadline", "deadline-alone" or "deadline-chunked"; throws Error{kInvalidArgument}
+// for anything else.
 CopyOrder parse_copy_order(std::string_view text);
 
 // Where a copy stood when a stream was made to wait for it (CopyEvent::block_stream): done

@@ -11,7 +11,9 @@
 #                                     torch.profiler, summarized in the run's log and JSON)
 #                                     nosync = --host-syncs off (session 39: no host sync in each
 #                                     micro-batch's forward, the same computation)
-#                                     profnosync = both (session 39)
+#                                     profnosync = both (session 39); chunked = nosync with
+#                                     --copy-order deadline-chunked, nosyncalone = nosync with
+#                                     --copy-order deadline-alone
 #   NOSIM=1                           device_stalls.py without the simulated step (saves 1-2 min a run)
 #   IDEAL=1                           before the runs, measure W3's ideal here (2 and 4 layers,
 #                                     checked at 3; about 100 s), for shares of a same-machine ideal
@@ -59,6 +61,8 @@ for run in ${RUNS:-}; do
     prof) extra=(--gpu-profile) ;;
     nosync) extra=(--host-syncs off) ;;
     profnosync) extra=(--gpu-profile --host-syncs off) ;;
+    chunked) extra=(--host-syncs off --copy-order deadline-chunked) ;;
+    nosyncalone) extra=(--host-syncs off --copy-order deadline-alone) ;;
     *) extra=() ;;
   esac
   LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \
