@@ -23,6 +23,8 @@ namespace teraio::torch_binding {
 // Not counted: non-blocking copies into pageable memory, which wait too, and explicit
 // synchronizations (torch.cuda.synchronize), which are not operators. Counted only while the
 // session observes operators: a passive session (everything fits) has no callbacks to wait for.
+// A sync inside another (the second copy_ of a non-contiguous copy) is not counted again; syncs
+// on other threads during the step (a data loader's) are, though they hold up only that thread.
 std::string_view host_sync(const at::RecordFunction& fn, const c10::Device& device);
 
 }  // namespace teraio::torch_binding

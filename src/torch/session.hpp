@@ -284,6 +284,9 @@ class Session {
     std::vector<TensorId> written;  // inputs its schema says it may change
     const char* name = nullptr;
     double start_s = 0;
+    // The depth of the host sync this thread is inside (host_syncs), -1 for none: a blocking
+    // copy of a non-contiguous tensor runs a second copy_ inside the first, one wait in all.
+    int sync_depth = -1;
   };
   void on_op_start(const at::RecordFunction& fn, OpState& op, int depth, trace::Phase phase);
   void on_op_end(const at::RecordFunction& fn, OpState& op, int depth);

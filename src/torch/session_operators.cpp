@@ -336,9 +336,13 @@ void Session::note_host_sync(std::string_view why) {
 
 void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, trace::Phase phase) {
   interrupt_if_due();
-  // At any depth: the read of a scalar is nested in aten::item, a copy in aten::to.
-  if (device_.is_cuda() || config_.count_cpu_host_syncs) {
-    if (const std::string_view why = host_sync(fn, device_); !why.empty()) note_host_sync(why);
+  // At any depth: the read of a scalar is nested in aten::item, a copy in aten::to; but not
+  // inside another sync, which the host waits for once.
+  if ((device_.is_cuda() || config_.count_cpu_host_syncs) && op.sync_depth < 0) {
+    if (const std::string_view why = host_sync(fn, device_); !why.empty()) {
+      op.sync_depth = depth;
+      note_host_sync(why);
+    }
   }
   if (depth > 0) {
     // Nested: the outermost operator already covers its inputs, but not always what it writes.
@@ -389,6 +393,7 @@ void Session::on_op_start(const at::RecordFunction& fn, OpState& op, int depth, 
 }
 
 void Session::on_op_end(const at::RecordFunction& fn, OpState& op, int depth) {
+  if (depth == op.sync_depth) op.sync_depth = -1;
   interrupt_if_due();
   if (depth > 0 && !op.counted) return;
   if (depth == 0 && op.view) {

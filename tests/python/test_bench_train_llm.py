@@ -43,8 +43,8 @@ def test_tiny_workload_runs_every_mode_and_teraio_is_exact(tmp_path, swap_dir):
     assert len(teraio_steps) == len(ideal_losses) + 1  # the step that retimed warms up in addition
     assert [s["loss_hex"] for s in teraio_steps][:len(ideal_losses)] == ideal_losses
     assert any(s["measured"] and s["bytes_to_ssd"] > 0 for s in teraio_steps)
-    # The bench's CPU loop reads no scalar inside a step: no host sync in any observed step.
-    assert [s["host_syncs"] for s in teraio_steps if s["phase"] != "passive"] == [0] * len(teraio_steps)
+    # A CPU session counts no host syncs (every tensor is on "the device" there), but records the field.
+    assert all(s["host_syncs"] == 0 for s in teraio_steps)
     # --retime 1: the first planned step timed its operators and the session planned again;
     # that step is a warm-up one, and the notes say what the new times changed.
     assert [s["retimed"] for s in teraio_steps if s["phase"] == "planned"][0] is True

@@ -51,10 +51,10 @@ def test_item_and_a_tensor_condition_count_once_each():
                for s in steps)
 
 
-def test_nonzero_counts_once_however_it_is_reached():
+def test_nonzero_and_reads_inside_other_operators_count():
     def body(x):
         torch.nonzero(x > 0)
-        x.masked_select(x > 1)  # runs nonzero inside on the CPU
+        x.masked_select(x > 1)  # on the CPU: a sum of the mask read with .item() inside
         x[x > 2]  # boolean indexing: nonzero inside
 
     steps = steps_with(body)
@@ -89,8 +89,9 @@ def test_on_cuda_reads_and_blocking_copies_count_and_pinned_non_blocking_copies_
                 sum(kept).sum().item()  # 1: a read of a device scalar
                 x.cpu()  # 2: a blocking copy to the host
                 pageable.to(device)  # 3: a blocking copy from pageable memory
+                x.t().cpu()  # 4: non-contiguous, a second copy_ inside the first: one wait
                 pinned.to(device, non_blocking=True)  # not counted
                 step_count.item()  # a host scalar: not counted
         steps = session.report()["steps"]
     assert [s["phase"] for s in steps] == ["warmup", "profile", "planned"]
-    assert [s["host_syncs"] for s in steps] == [3, 3, 3]
+    assert [s["host_syncs"] for s in steps] == [4, 4, 4]

@@ -109,7 +109,8 @@ class DeviceCopier {
   virtual bool is_cuda() const = 0;
   // The order its copies run in, in words ("issue order", "deadline order (8.0 MiB chunks; copies
   // waited for sharing the link; dispatchers poll with 1 us timer slack)", "deadline-alone order
-  // (...)").
+  // (...)", "deadline-chunked order (...; copies waited for sharing the link, their rests in
+  // chunks too; ...)").
   virtual std::string order() const { return "issue order"; }
   // Whether copies of one direction complete in the order they were issued (so that waiting
   // for them in that order loses no time).
