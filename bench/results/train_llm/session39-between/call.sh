@@ -70,7 +70,7 @@ for run in ${RUNS:-}; do
     --reserve 5GiB --host-budget 100GiB --allocator paged --paged-page 16MiB --save-trace "${extra[@]}"
   # the trace, plan and device waits, for teraio simulate and bench/device_stalls.py here
   runs=$(cd /var/tmp/teraio && ls -dt "$name"-*/ | head -n 1)  # this call's run of that name
-  tar -C /var/tmp/teraio -cJf "$work/$name/saved.tar.xz" $(cd /var/tmp/teraio && ls -d "$runs"*trace* \
+  XZ_OPT="-T0 -3" tar -C /var/tmp/teraio -cJf "$work/$name/saved.tar.xz" $(cd /var/tmp/teraio && ls -d "$runs"*trace* \
     "$runs"*plan* "$runs"*device-waits* 2>/dev/null)
   # the last measured step's device waits by where their copies stood and by the size due; with
   # the teraio CLI that run-torch.sh builds beside the module, against the simulated step too
