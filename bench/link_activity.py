@@ -11,7 +11,8 @@ from __future__ import annotations
 import statistics
 
 DIRECTIONS = (("to_host", "to host"), ("to_device", "to device"))
-FIELDS = ("busy_s", "waiting_s", "idle_s", "chunks", "bytes", "gated_flushes", "gated_bytes", "held_s")
+FIELDS = ("busy_s", "waiting_s", "idle_s", "chunks", "bytes", "gated_flushes", "gated_bytes", "held_s",
+          "host_waited_s")
 
 
 def median(steps):
@@ -33,6 +34,8 @@ def describe(link):
                  if a.get("gated_flushes") else "")
         if a.get("held_s"):
             gated += f", lane held {a['held_s']:.2f} s for copies waited for"
+        if a.get("host_waited_s"):
+            gated += f", the host waited {a['host_waited_s']:.2f} s for markers of copies waited for"
         parts.append(f"{words} busy {a['busy_s']:.2f} s{rate}, waiting {a['waiting_s']:.2f} s, idle {a['idle_s']:.2f} s"
                      f"{gated}")
     return "; ".join(parts)

@@ -29,9 +29,19 @@ class CopyLane::Event final : public CopyEvent {
     if (copy_->error) std::rethrow_exception(copy_->error);
   }
   StreamWait block_stream(void* stream) override {
-    std::lock_guard lock(lane_->mutex_);
+    std::unique_lock lock(lane_->mutex_);
     // Its event may serve another copy by now: nothing to wait for.
     if (copy_->complete) return StreamWait::kDone;
+    if (lane_->options_.host_waits && copy_->marker > lane_->passed_marker_) {
+      // The GPU gets to the marker without this thread: the work before it is queued already,
+      // and no stream waits for a copy that is not on a stream. The dispatcher, which polls
+      // while the copy is scheduled, says when the marker passes.
+      const auto start = std::chrono::steady_clock::now();
+      lane_->progress_.wait(lock, [&] { return copy_->complete || copy_->marker <= lane_->passed_marker_; });
+      lane_->activity_.host_waited_s +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (copy_->complete) return StreamWait::kDone;
+    }
     return lane_->flush_for(*copy_, static_cast<cudaStream_t>(stream), RestOfCopy::kQueue).how;
   }
   std::size_t abandon(void* stream) override {
@@ -45,15 +55,13 @@ class CopyLane::Event final : public CopyEvent {
   std::shared_ptr<Copy> copy_;
 };
 
-CopyLane::CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events, bool side_first,
-                   bool chunked_rests)
+CopyLane::CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events, Options options)
     : device_(device),
       kind_(kind),
       events_(std::move(events)),
       stream_(device),
       side_(device),
-      side_first_(side_first),
-      chunked_rests_(chunked_rests) {
+      options_(options) {
   dispatcher_ = std::thread([this] {
     name_this_thread(kind_ == cudaMemcpyDeviceToHost ? "teraio-lane-d2h" : "teraio-lane-h2d");
     run();
@@ -118,7 +126,7 @@ CopyLane::Flushed CopyLane::flush_for(Copy& copy, cudaStream_t stream, RestOfCop
     } else if (copy.marker > passed_marker_) {
       // Its marker has not passed yet, so none of it is on the lane's stream: the side stream
       // waits for the marker and copies it, and the lane's stream goes on with the copies that
-      // are ready (with side_first_, only until the marker passes). Markers not yet passed are
+      // are ready (with options_.side_first, only until the marker passes). Markers not yet passed are
       // numbered passed_marker_ + 1, + 2, ... in markers_.
       const cudaEvent_t marker = markers_.at(copy.marker - passed_marker_ - 1).second;
       check(cudaStreamWaitEvent(side_.get(), marker, 0),
@@ -164,6 +172,7 @@ void CopyLane::advance_markers() {
     passed_marker_ = markers_.front().first;
     events_->give_back(markers_.front().second);
     markers_.pop_front();
+    progress_.notify_all();  // a thread may wait for this marker (Options::host_waits)
   }
 }
 
@@ -196,7 +205,7 @@ void CopyLane::submit_rest(const CopySchedule::Chunk& rest, cudaStream_t stream,
   std::size_t offset = rest.offset;
   const std::size_t end = rest.offset + rest.bytes;
   do {
-    const std::size_t piece = chunked_rests_ ? std::min(kChunkBytes, end - offset) : end - offset;
+    const std::size_t piece = options_.chunked_rests ? std::min(kChunkBytes, end - offset) : end - offset;
     submit(CopySchedule::Chunk{rest.id, offset, piece, offset + piece == end && rest.last}, stream, queued);
     queued.back().marker = marker;
     offset += piece;
@@ -237,7 +246,7 @@ void CopyLane::run() {
     advance_markers();
     holding_ = false;
     if (queued_.size() < kWindow) {
-      if (side_first_ && side_moving()) {
+      if (options_.side_first && side_moving()) {
         holding_ = schedule_.has_ready(ready);
       } else if (const auto chunk = schedule_.next(ready)) {
         submit(*chunk);

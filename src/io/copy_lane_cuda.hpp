@@ -41,8 +41,15 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   static constexpr std::size_t kChunkBytes = 8ull << 20;  // ~160 us at 50 GB/s
   static constexpr std::size_t kWindow = 2;               // chunks queued on the stream at once
 
-  CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events, bool side_first,
-           bool chunked_rests = false);
+  // How copies waited for are served (CopyOrder): the lane held while one moves on the side
+  // stream (kDeadlineAlone), rests queued in chunks (kDeadlineChunked), or the host waiting for
+  // the copy's marker instead of gating it onto the side stream (kDeadlineHostWaits).
+  struct Options {
+    bool side_first = false;
+    bool chunked_rests = false;
+    bool host_waits = false;
+  };
+  CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events, Options options);
   // Runs every copy still scheduled (its compute-stream waits pass as the device works), then
   // stops the dispatcher and drains the stream.
   ~CopyLane();
@@ -90,7 +97,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   void submit(const CopySchedule::Chunk& chunk, cudaStream_t stream, std::deque<Queued>& queued);
   void submit(const CopySchedule::Chunk& chunk) { submit(chunk, stream_.get(), queued_); }
   // Queues the rest of a copy waited for (flush_for) on `stream`: as one piece, or in chunks of
-  // kChunkBytes with chunked_rests_; each piece on the side stream keeps the copy's marker.
+  // kChunkBytes with options_.chunked_rests; each piece on the side stream keeps the copy's marker.
   void submit_rest(const CopySchedule::Chunk& rest, cudaStream_t stream, std::deque<Queued>& queued,
                    std::uint64_t marker);
   // Retires the completed front of one queue (each completes in its stream's order).
@@ -114,8 +121,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   std::shared_ptr<EventPool> events_;
   Stream stream_;
   Stream side_;  // copies waited for before their compute marker passed (flush_for)
-  const bool side_first_;
-  const bool chunked_rests_;  // CopyOrder::kDeadlineChunked
+  const Options options_;
 
   std::mutex mutex_;
   std::condition_variable work_;      // the dispatcher: a copy arrived or the lane stops
@@ -128,7 +134,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   std::uint64_t last_marker_ = 0;
   std::uint64_t passed_marker_ = 0;
   bool stopping_ = false;
-  bool holding_ = false;  // the dispatcher's last look held a ready chunk back (side_first_)
+  bool holding_ = false;  // the dispatcher's last look held a ready chunk back (options_.side_first)
   LinkActivity activity_;
   std::chrono::steady_clock::time_point marked_ = std::chrono::steady_clock::now();
   PollingSlack slack_;

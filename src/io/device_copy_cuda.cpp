@@ -59,12 +59,10 @@ class CudaCopier final : public DeviceCopier {
         to_host_(device),
         to_device_(device) {
     if (order == CopyOrder::kIssue) return;
-    const bool side_first = order == CopyOrder::kDeadlineAlone;
-    const bool chunked_rests = order == CopyOrder::kDeadlineChunked;
-    lanes_[0] =
-        std::make_shared<CopyLane>(device, cudaMemcpyDeviceToHost, events_, side_first, chunked_rests);
-    lanes_[1] =
-        std::make_shared<CopyLane>(device, cudaMemcpyHostToDevice, events_, side_first, chunked_rests);
+    const CopyLane::Options options{order == CopyOrder::kDeadlineAlone, order == CopyOrder::kDeadlineChunked,
+                                    order == CopyOrder::kDeadlineHostWaits};
+    lanes_[0] = std::make_shared<CopyLane>(device, cudaMemcpyDeviceToHost, events_, options);
+    lanes_[1] = std::make_shared<CopyLane>(device, cudaMemcpyHostToDevice, events_, options);
   }
 
   std::string name() const override { return cat("cuda:", device_); }
@@ -85,6 +83,7 @@ class CudaCopier final : public DeviceCopier {
     return cat(to_string(order_), " order (", format_bytes(CopyLane::kChunkBytes),
                " chunks; copies waited for ", order_ == CopyOrder::kDeadlineAlone ? "alone on" : "sharing",
                " the link", order_ == CopyOrder::kDeadlineChunked ? ", their rests in chunks too" : "",
+               order_ == CopyOrder::kDeadlineHostWaits ? ", the host waiting for their markers" : "",
                "; dispatchers poll with ",
                to_host == to_device ? to_host : cat(to_host, " (to host), ", to_device, " (to device)"), ")");
   }

@@ -60,17 +60,18 @@ std::string_view to_string(CopyOrder order) {
     case CopyOrder::kDeadline: return "deadline";
     case CopyOrder::kDeadlineAlone: return "deadline-alone";
     case CopyOrder::kDeadlineChunked: return "deadline-chunked";
+    case CopyOrder::kDeadlineHostWaits: return "deadline-host-waits";
   }
   return "?";
 }
 
 CopyOrder parse_copy_order(std::string_view text) {
-  for (const CopyOrder order :
-       {CopyOrder::kIssue, CopyOrder::kDeadline, CopyOrder::kDeadlineAlone, CopyOrder::kDeadlineChunked})
+  for (const CopyOrder order : {CopyOrder::kIssue, CopyOrder::kDeadline, CopyOrder::kDeadlineAlone,
+                                CopyOrder::kDeadlineChunked, CopyOrder::kDeadlineHostWaits})
     if (text == to_string(order)) return order;
-  throw Error(
-      ErrorKind::kInvalidArgument,
-      cat("unknown copy order '", text, "' (expected issue, deadline, deadline-alone or deadline-chunked)"));
+  throw Error(ErrorKind::kInvalidArgument,
+              cat("unknown copy order '", text,
+                  "' (expected issue, deadline, deadline-alone, deadline-chunked or deadline-host-waits)"));
 }
 
 std::unique_ptr<DeviceCopier> make_host_copier() {

@@ -35,6 +35,7 @@ py::dict link_dict(const io::LinkActivity& a) {
   d["gated_flushes"] = a.gated_flushes;
   d["gated_bytes"] = a.gated_bytes;
   d["held_s"] = a.held_s;
+  d["host_waited_s"] = a.host_waited_s;
   return d;
 }
 

@@ -206,27 +206,58 @@ TEST(CudaCopier, LinkActivityAccountsForEveryByteAndTheWholeTime) {
 // behind a device-side wait for the marker, and the link activity counts it: the compute
 // stream (the legacy default one here) is held by a 1 GiB copy (about 20 ms), the marker comes
 // after that, and the small copy is waited for at once.
+// A 1 GiB copy to the device that the legacy default stream waits for (~20 ms), a compute
+// marker behind that wait, and an 8 MiB copy issued after the marker: waited for before the GPU
+// has passed its marker.
+struct BehindAHeldMarker {
+  static constexpr std::size_t kBig = 1024 * kMiB;
+  static constexpr std::size_t kSmall = 8 * kMiB;
+  explicit BehindAHeldMarker(CopyOrder order)
+      : copier(make_cuda_copier(0, order)), host(*copier, kBig), big(*copier, kBig), small(*copier, kSmall) {
+    static_cast<void>(copier->take_link_activity());
+    holding = copier->to_device(big.data(), host.data(), kBig, {false, 1000});
+    holding->block_stream(nullptr);                              // the compute stream waits ~20 ms
+    copier->wait_for_stream(nullptr, CopyDirection::kToDevice);  // the marker: after that wait
+    waited = copier->to_device(small.data(), host.data(), kSmall, {false, 1});
+  }
+  std::unique_ptr<DeviceCopier> copier;
+  PinnedBuffer host;
+  DeviceBuffer big;
+  DeviceBuffer small;
+  std::unique_ptr<CopyEvent> holding;
+  std::unique_ptr<CopyEvent> waited;
+};
+
 TEST(CudaCopier, AFlushBeforeItsMarkerPassedIsCountedAsGated) {
   if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
-  constexpr std::size_t kBig = 1024 * kMiB;
-  constexpr std::size_t kSmall = 8 * kMiB;
-  auto copier = make_cuda_copier(0, CopyOrder::kDeadline);
-  PinnedBuffer host(*copier, kBig);
-  DeviceBuffer big(*copier, kBig);
-  DeviceBuffer small(*copier, kSmall);
-  static_cast<void>(copier->take_link_activity());
-  auto holding = copier->to_device(big.data(), host.data(), kBig, {false, 1000});
-  holding->block_stream(nullptr);                              // the compute stream waits ~20 ms
-  copier->wait_for_stream(nullptr, CopyDirection::kToDevice);  // the marker: after that wait
-  auto gated = copier->to_device(small.data(), host.data(), kSmall, {false, 1});
-  EXPECT_EQ(gated->block_stream(nullptr), StreamWait::kGated);
-  gated->wait();
-  holding->wait();
-  EXPECT_EQ(gated->block_stream(nullptr), StreamWait::kDone);  // a completed copy: nothing to wait for
-  const LinkActivity in = copier->take_link_activity()->to_device;
+  BehindAHeldMarker t(CopyOrder::kDeadline);
+  EXPECT_EQ(t.waited->block_stream(nullptr), StreamWait::kGated);
+  t.waited->wait();
+  t.holding->wait();
+  EXPECT_EQ(t.waited->block_stream(nullptr), StreamWait::kDone);  // a completed copy: nothing to wait for
+  const LinkActivity in = t.copier->take_link_activity()->to_device;
   EXPECT_EQ(in.gated_flushes, 1u);
-  EXPECT_EQ(in.gated_bytes, kSmall);
-  EXPECT_EQ(in.bytes, kBig + kSmall);
+  EXPECT_EQ(in.gated_bytes, BehindAHeldMarker::kSmall);
+  EXPECT_EQ(in.bytes, BehindAHeldMarker::kBig + BehindAHeldMarker::kSmall);
+  EXPECT_EQ(in.host_waited_s, 0.0);
+}
+
+// In deadline-host-waits order the same copy is not gated: the thread waits until the GPU has
+// passed the marker (behind the ~20 ms hold), then the copy goes on the lane's stream.
+TEST(CudaCopier, InHostWaitsOrderTheHostWaitsForTheMarkerInsteadOfGating) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  BehindAHeldMarker t(CopyOrder::kDeadlineHostWaits);
+  const StreamWait how = t.waited->block_stream(nullptr);
+  // Once the marker passed, the dispatcher may have queued it already, or even finished it.
+  EXPECT_NE(how, StreamWait::kGated) << to_string(how);
+  t.waited->wait();
+  t.holding->wait();
+  const LinkActivity in = t.copier->take_link_activity()->to_device;
+  std::printf("host waited %.1f ms for the marker; the copy stood %s\n", in.host_waited_s * 1e3,
+              std::string(to_string(how)).c_str());
+  EXPECT_EQ(in.gated_flushes, 0u);
+  EXPECT_GT(in.host_waited_s, 0.005);  // the hold: 1 GiB at ~50 GB/s, ~20 ms
+  EXPECT_EQ(in.bytes, BehindAHeldMarker::kBig + BehindAHeldMarker::kSmall);
 }
 
 // A copy waited for before its marker passed waits for the marker on a side stream, not on the
@@ -383,6 +414,8 @@ TEST(CudaCopier, CopyOrdersParseAndPrint) {
   EXPECT_EQ(to_string(CopyOrder::kDeadline), "deadline");
   EXPECT_EQ(to_string(CopyOrder::kDeadlineAlone), "deadline-alone");
   EXPECT_EQ(to_string(CopyOrder::kDeadlineChunked), "deadline-chunked");
+  EXPECT_EQ(parse_copy_order("deadline-host-waits"), CopyOrder::kDeadlineHostWaits);
+  EXPECT_EQ(to_string(CopyOrder::kDeadlineHostWaits), "deadline-host-waits");
   EXPECT_THROW(parse_copy_order("fifo"), Error);
 }
 

@@ -36,11 +36,17 @@ enum class CopyDirection { kToHost, kToDevice };
 // chunks too, not as one cudaMemcpyAsync: on W3, single 16 MiB copies that the simulation lands
 // 10-41 ms ahead waited 15-43 ms beside 224-512 MiB copies moved as one piece each (bench/
 // RESULTS.md session 39); a stream's long copy may keep the other stream's off the link. Not yet
-// measured on a GPU.
-enum class CopyOrder { kIssue, kDeadline, kDeadlineAlone, kDeadlineChunked };
+// measured on a GPU. kDeadlineHostWaits gates no copy: a thread that must make a stream wait for
+// a copy whose marker the GPU has not passed waits on the host until it has, and the copy's rest
+// then goes on the lane's stream ahead of the lane's other chunks, as the simulator serves a copy
+// waited for. On W3, 333 of the 428 GiB a step brought to the device went as one-piece rests of
+// copies waited for (215 GiB gated onto the side stream, 118 GiB flushed), outside the deadline
+// order (session 39). The host's lead over the GPU is then at most the copy's prefetch distance.
+// Not yet measured on a GPU.
+enum class CopyOrder { kIssue, kDeadline, kDeadlineAlone, kDeadlineChunked, kDeadlineHostWaits };
 std::string_view to_string(CopyOrder order);
-// "issue", "deadline", "deadline-alone" or "deadline-chunked"; throws Error{kInvalidArgument}
-// for anything else.
+// "issue", "deadline", "deadline-alone", "deadline-chunked" or "deadline-host-waits"; throws
+// Error{kInvalidArgument} for anything else.
 CopyOrder parse_copy_order(std::string_view text);
 
 // Where a copy stood when a stream was made to wait for it (CopyEvent::block_stream): done
@@ -95,6 +101,9 @@ struct LinkActivity {
   // Of busy_s: the time the lane held a ready chunk back because a copy waited for moved on
   // the side stream (CopyOrder::kDeadlineAlone; always 0 in kDeadline).
   double held_s = 0;
+  // Host time threads waited for the GPU to pass a copy's marker before queuing its rest
+  // (CopyOrder::kDeadlineHostWaits; always 0 otherwise).
+  double host_waited_s = 0;
 };
 struct LinkActivities {
   LinkActivity to_host;

@@ -4,7 +4,8 @@
 #   RUNS="W3-c8:new W3-c8:shared ..."  the WORKLOAD:ARM pairs, in order (W3-cN: W3 with N of 32
 #                                     recomputed, --save-trace, 3 measured steps; ARM new = the
 #                                     defaults, share0 = --min-migration-share 0, alone =
-#                                     --copy-order deadline-alone). Calls 3-4 ran before a rename:
+#                                     --copy-order deadline-alone, hostwaits = nosync with
+#                                     --copy-order deadline-host-waits). Calls 3-4 ran before a rename:
 #                                     call 3's default then held the lane (today's alone), call 4's
 #                                     arm "shared" (--copy-order deadline-shared) is today's default.
 #                                     prof = the defaults with --gpu-profile (one more step under
@@ -63,6 +64,7 @@ for run in ${RUNS:-}; do
     profnosync) extra=(--gpu-profile --host-syncs off) ;;
     chunked) extra=(--host-syncs off --copy-order deadline-chunked) ;;
     nosyncalone) extra=(--host-syncs off --copy-order deadline-alone) ;;
+    hostwaits) extra=(--host-syncs off --copy-order deadline-host-waits) ;;
     *) extra=() ;;
   esac
   LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \
