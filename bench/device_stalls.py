@@ -82,15 +82,21 @@ def by_how(waits):
 TINY_BYTES = 64 << 10
 
 
+def prefetches_due(migrations):
+    """{operator: [bytes of each prefetch the plan has due there]}."""
+    due = collections.defaultdict(list)
+    for m in migrations or []:
+        if m["direction"] == "prefetch":
+            due[m["deadline"]].append(m["bytes"])
+    return due
+
+
 def by_copy_due(waits, migrations):
     """Copy-in seconds split by what the plan (its "migrations") has due at the waiting operator:
     every prefetch due there under 64 KiB, one of 64 KiB or more, or no prefetch due there (a copy
     in the plan has due elsewhere, or a fetch on demand). Session 37 found W3's copy-in waits
     about half at operators where only tiny copies were due."""
-    largest = {}
-    for m in migrations:
-        if m["direction"] == "prefetch":
-            largest[m["deadline"]] = max(largest.get(m["deadline"], 0), m["bytes"])
+    largest = {op: max(sizes) for op, sizes in prefetches_due(migrations).items()}
     split = {"under 64 KiB": 0.0, "64 KiB or more": 0.0, "no prefetch due there": 0.0}
     for op, kind, seconds, *_ in waits:
         if kind != "copy in":
@@ -101,6 +107,11 @@ def by_copy_due(waits, migrations):
 
 
 SLACK_BANDS = ((0.0, "under 0.5 ms"), (5e-4, "0.5-10 ms"), (1e-2, "10 ms or more"))
+
+
+def slack_band(left):
+    """The band of SLACK_BANDS a slack falls in (below 0.5 ms, negative ones included, the first)."""
+    return next(name for low, name in reversed(SLACK_BANDS) if left >= low or low == SLACK_BANDS[0][0])
 
 
 def prefetch_slack(timeline, ops):
@@ -138,10 +149,7 @@ def by_slack(waits, slack, migrations=None, worst=8, by_tensor=None):
         if kind == "copy in":
             tensor = rest[2] if len(rest) >= 3 and (rest[2], int(op)) in by_tensor else None
             waited[(int(op), tensor)] += seconds
-    due = collections.Counter()
-    for m in migrations or []:
-        if m["direction"] == "prefetch":
-            due[m["deadline"]] += m["bytes"]
+    due = {op: sum(sizes) for op, sizes in prefetches_due(migrations).items()}
     bands = {name: [0, 0.0] for _, name in SLACK_BANDS}
     bands["no prefetch due there"] = [0, 0.0]
     unexplained = []
@@ -150,7 +158,7 @@ def by_slack(waits, slack, migrations=None, worst=8, by_tensor=None):
         if left is None:
             band = "no prefetch due there"
         else:
-            band = [name for low, name in SLACK_BANDS if left >= low or low == 0.0][-1]
+            band = slack_band(left)
             if band == SLACK_BANDS[-1][1] and seconds > 1e-3:
                 unexplained.append((seconds, op, left, size, tensor))
         bands[band][0] += 1

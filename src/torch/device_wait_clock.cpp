@@ -91,8 +91,7 @@ class CudaWaitClock final : public DeviceWaitClock {
       pairs_.emplace_back(before, after);
       tags_.emplace_back();
     }
-    tags_[used_] = DeviceWait{op, kind, 0};
-    tags_[used_].tensor = tensor;
+    tags_[used_] = DeviceWait{op, kind, 0, io::StreamWait::kQueued, 0, tensor};
     auto [before, after] = pairs_[used_];
     cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
     check_cuda(cudaEventRecord(before, stream), "cudaEventRecord(before a device wait)");

@@ -125,9 +125,9 @@ struct SessionConfig {
   // hole_bytes. 0: none, the default, because it made W3 slower (bench/RESULTS.md, session 24):
   // taking the block back takes the free run TeraIO's own large fetches then miss.
   std::uint64_t hole_bytes = 0;
-  // The order the CUDA copier runs each direction's copies in: by the plan's deadlines (as the
-  // simulator assumes; the default), by deadline with a copy waited for alone on the link
-  // (kDeadlineAlone), or as issued. What ran is in the backends report.
+  // The order the CUDA copier runs each direction's copies in (io::CopyOrder, which says what
+  // each does): by the plan's deadlines as the simulator assumes (the default), one of the
+  // deadline variants for copies waited for, or as issued. What ran is in the backends report.
   io::CopyOrder copy_order = io::CopyOrder::kDeadline;
   // Called (from the failing operator's thread) when a storage-engine error first hits a step,
   // so that the binding can stop the training code at its next Python statement.

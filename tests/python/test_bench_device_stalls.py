@@ -204,6 +204,8 @@ def test_copy_in_waits_are_split_by_the_simulated_slack_of_the_prefetches_due(tm
         {"ph": "X", "pid": 1, "tid": 2, "cat": "migration", "name": "offload 9", "ts": 0, "dur": 60e3,
          "args": {"deadline": 6, "bytes": 1 << 20}}]}
     ops = device_stalls.simulated_ops(timeline)
+    assert [device_stalls.slack_band(s) for s in (-0.001, 0.0004, 0.0005, 0.009, 0.01)] == [
+        "under 0.5 ms", "under 0.5 ms", "0.5-10 ms", "0.5-10 ms", "10 ms or more"]
     slack, by_tensor = device_stalls.prefetch_slack(timeline, ops)
     assert slack == {1: pytest.approx(0.0001), 3: pytest.approx(0.001), 5: pytest.approx(0.015)}
     assert by_tensor[(7, 5)] == (pytest.approx(0.015), 1 << 20)
