@@ -151,13 +151,14 @@ def parse_args(argv):
                    help="TeraIO modes: Session(record_releases=...): whether the profile records when each storage "
                         "is freed (default on; off: planned as freed at its last use)")
     p.add_argument("--copy-order", choices=("deadline", "deadline-alone", "deadline-chunked", "deadline-host-waits",
-                                             "issue"),
+                                             "deadline-host-waits-in", "issue"),
                    default="deadline",
                    help="TeraIO modes: Session(copy_order=...): the CUDA copier runs each direction's copies by the "
                         "plan's deadlines (default), by deadline with a copy the GPU waits for alone on the link "
                         "(deadline-alone), by deadline with the rest of a copy waited for queued in chunks too "
                         "(deadline-chunked), by deadline with the host waiting for a copy's marker instead of "
-                        "gating it (deadline-host-waits) or as issued")
+                        "gating it (deadline-host-waits), so for copies into the device only "
+                        "(deadline-host-waits-in), or as issued")
     p.add_argument("--recast-weights", choices=("on", "off"), default="on",
                    help="TeraIO and recast modes: Session(recast_weights=...): make autocast's bf16 copies of the "
                         "weights again in the backward pass instead of keeping them from the forward (teraio.recast; "

@@ -32,7 +32,7 @@ class CopyLane::Event final : public CopyEvent {
     std::unique_lock lock(lane_->mutex_);
     // Its event may serve another copy by now: nothing to wait for.
     if (copy_->complete) return StreamWait::kDone;
-    if (lane_->options_.host_waits && copy_->marker > lane_->passed_marker_) {
+    if (lane_->options_.host_waits && lane_->serving_plan_ && copy_->marker > lane_->passed_marker_) {
       // The GPU gets to the marker without this thread: the work before it is queued already,
       // and no stream waits for a copy that is not on a stream. The dispatcher, which polls
       // while the copy is scheduled, says when the marker passes.
@@ -225,6 +225,11 @@ void CopyLane::account() {
   } else {
     activity_.idle_s += s;
   }
+}
+
+void CopyLane::serve_plan(bool planned) {
+  std::lock_guard lock(mutex_);
+  serving_plan_ = planned;
 }
 
 LinkActivity CopyLane::take_activity() {

@@ -43,7 +43,8 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
 
   // How copies waited for are served (CopyOrder): the lane held while one moves on the side
   // stream (kDeadlineAlone), rests queued in chunks (kDeadlineChunked), or the host waiting for
-  // the copy's marker instead of gating it onto the side stream (kDeadlineHostWaits).
+  // the copy's marker instead of gating it onto the side stream (kDeadlineHostWaits, and the
+  // lane to the device in kDeadlineHostWaitsIn).
   struct Options {
     bool side_first = false;
     bool chunked_rests = false;
@@ -62,6 +63,8 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   void wait_for(cudaStream_t compute);
   // What the lane did since the last call (DeviceCopier::take_link_activity).
   LinkActivity take_activity();
+  // DeviceCopier::serve_plan: with options_.host_waits, the host waits for markers only then.
+  void serve_plan(bool planned);
   // The dispatcher's timer slack as it read it back (core/timer_slack).
   const PollingSlack& polling_slack() const { return slack_; }
 
@@ -135,6 +138,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   std::uint64_t passed_marker_ = 0;
   bool stopping_ = false;
   bool holding_ = false;  // the dispatcher's last look held a ready chunk back (options_.side_first)
+  bool serving_plan_ = true;
   LinkActivity activity_;
   std::chrono::steady_clock::time_point marked_ = std::chrono::steady_clock::now();
   PollingSlack slack_;

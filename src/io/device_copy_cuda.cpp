@@ -59,10 +59,12 @@ class CudaCopier final : public DeviceCopier {
         to_host_(device),
         to_device_(device) {
     if (order == CopyOrder::kIssue) return;
-    const CopyLane::Options options{order == CopyOrder::kDeadlineAlone, order == CopyOrder::kDeadlineChunked,
-                                    order == CopyOrder::kDeadlineHostWaits};
-    lanes_[0] = std::make_shared<CopyLane>(device, cudaMemcpyDeviceToHost, events_, options);
-    lanes_[1] = std::make_shared<CopyLane>(device, cudaMemcpyHostToDevice, events_, options);
+    const CopyLane::Options out{order == CopyOrder::kDeadlineAlone, order == CopyOrder::kDeadlineChunked,
+                                order == CopyOrder::kDeadlineHostWaits};
+    CopyLane::Options in = out;
+    in.host_waits = in.host_waits || order == CopyOrder::kDeadlineHostWaitsIn;
+    lanes_[0] = std::make_shared<CopyLane>(device, cudaMemcpyDeviceToHost, events_, out);
+    lanes_[1] = std::make_shared<CopyLane>(device, cudaMemcpyHostToDevice, events_, in);
   }
 
   std::string name() const override { return cat("cuda:", device_); }
@@ -84,10 +86,15 @@ class CudaCopier final : public DeviceCopier {
                " chunks; copies waited for ", order_ == CopyOrder::kDeadlineAlone ? "alone on" : "sharing",
                " the link", order_ == CopyOrder::kDeadlineChunked ? ", their rests in chunks too" : "",
                order_ == CopyOrder::kDeadlineHostWaits ? ", the host waiting for their markers" : "",
+               order_ == CopyOrder::kDeadlineHostWaitsIn ? ", the host waiting for the markers of copies in" : "",
                "; dispatchers poll with ",
                to_host == to_device ? to_host : cat(to_host, " (to host), ", to_device, " (to device)"), ")");
   }
   bool completes_in_order() const override { return !lanes_[0]; }
+  void serve_plan(bool planned) override {
+    for (const auto& lane : lanes_)
+      if (lane) lane->serve_plan(planned);
+  }
   std::optional<LinkActivities> take_link_activity() override {
     if (!lanes_[0]) return std::nullopt;
     return LinkActivities{lanes_[0]->take_activity(), lanes_[1]->take_activity()};

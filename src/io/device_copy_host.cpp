@@ -61,17 +61,20 @@ std::string_view to_string(CopyOrder order) {
     case CopyOrder::kDeadlineAlone: return "deadline-alone";
     case CopyOrder::kDeadlineChunked: return "deadline-chunked";
     case CopyOrder::kDeadlineHostWaits: return "deadline-host-waits";
+    case CopyOrder::kDeadlineHostWaitsIn: return "deadline-host-waits-in";
   }
   return "?";
 }
 
 CopyOrder parse_copy_order(std::string_view text) {
   for (const CopyOrder order : {CopyOrder::kIssue, CopyOrder::kDeadline, CopyOrder::kDeadlineAlone,
-                                CopyOrder::kDeadlineChunked, CopyOrder::kDeadlineHostWaits})
+                                CopyOrder::kDeadlineChunked, CopyOrder::kDeadlineHostWaits,
+                                CopyOrder::kDeadlineHostWaitsIn})
     if (text == to_string(order)) return order;
   throw Error(ErrorKind::kInvalidArgument,
               cat("unknown copy order '", text,
-                  "' (expected issue, deadline, deadline-alone, deadline-chunked or deadline-host-waits)"));
+                  "' (expected issue, deadline, deadline-alone, deadline-chunked, deadline-host-waits or "
+                  "deadline-host-waits-in)"));
 }
 
 std::unique_ptr<DeviceCopier> make_host_copier() {

@@ -235,6 +235,7 @@ void Session::begin_step() {
     executor_->set_mode(step_mode());
     executor_->begin_step();
   }
+  copier_->serve_plan(step_mode() == runtime::Mode::kPlanned);
   callback_ns_.store(0, std::memory_order_relaxed);
   callback_parts_.take_s();
   static_cast<void>(copier_->take_link_activity());  // the step's own from here
@@ -490,6 +491,7 @@ void Session::diverge(const std::string& why) {
   if (diverged_) return;
   diverged_ = true;
   executor_->set_mode(runtime::Mode::kReactive);
+  copier_->serve_plan(false);
   // The rest runs reactively: the plan's late offloads do not happen, so the next planned step
   // must put the device where the plan starts again.
   position_due_ = true;

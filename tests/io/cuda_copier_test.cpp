@@ -260,6 +260,47 @@ TEST(CudaCopier, InHostWaitsOrderTheHostWaitsForTheMarkerInsteadOfGating) {
   EXPECT_EQ(in.bytes, BehindAHeldMarker::kBig + BehindAHeldMarker::kSmall);
 }
 
+// Without a plan (DeviceCopier::serve_plan(false)) the host-waits orders gate such a copy as
+// deadline order does, and the host does not wait.
+TEST(CudaCopier, WithoutAPlanTheHostWaitsOrdersGate) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  for (const CopyOrder order : {CopyOrder::kDeadlineHostWaits, CopyOrder::kDeadlineHostWaitsIn}) {
+    BehindAHeldMarker t(order);
+    t.copier->serve_plan(false);
+    EXPECT_EQ(t.waited->block_stream(nullptr), StreamWait::kGated) << to_string(order);
+    t.waited->wait();
+    t.holding->wait();
+    const LinkActivity in = t.copier->take_link_activity()->to_device;
+    EXPECT_EQ(in.gated_flushes, 1u) << to_string(order);
+    EXPECT_EQ(in.host_waited_s, 0.0) << to_string(order);
+  }
+}
+
+// In deadline-host-waits-in order only copies into the device wait on the host: a copy out
+// waited for behind the same hold is gated as in deadline order.
+TEST(CudaCopier, InHostWaitsInOrderOnlyCopiesInWaitOnTheHost) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  BehindAHeldMarker t(CopyOrder::kDeadlineHostWaitsIn);
+  DeviceBuffer source(*t.copier, BehindAHeldMarker::kSmall);
+  PinnedBuffer back(*t.copier, BehindAHeldMarker::kSmall);
+  t.copier->wait_for_stream(nullptr, CopyDirection::kToHost);  // a marker after the hold
+  auto out = t.copier->to_host(back.data(), source.data(), BehindAHeldMarker::kSmall, {false, 1});
+  EXPECT_EQ(out->block_stream(nullptr), StreamWait::kGated);
+  EXPECT_NE(t.waited->block_stream(nullptr), StreamWait::kGated);
+  out->wait();
+  t.waited->wait();
+  t.holding->wait();
+  const LinkActivities link = *t.copier->take_link_activity();
+  std::printf("host waited %.1f ms for the marker of the copy in, %.1f ms for the copy out's\n",
+              link.to_device.host_waited_s * 1e3, link.to_host.host_waited_s * 1e3);
+  EXPECT_EQ(link.to_host.gated_flushes, 1u);
+  EXPECT_EQ(link.to_host.host_waited_s, 0.0);
+  EXPECT_EQ(link.to_device.gated_flushes, 0u);
+  EXPECT_GT(link.to_device.host_waited_s, 0.005);  // the hold: 1 GiB at ~50 GB/s, ~20 ms
+  EXPECT_NE(t.copier->order().find("the host waiting for the markers of copies in"), std::string::npos)
+      << t.copier->order();
+}
+
 // A copy waited for before its marker passed waits for the marker on a side stream, not on the
 // lane's stream: a ready copy behind it on the lane finishes long before the marker passes. The
 // compute stream is held by a 2 GiB copy to the host (about 40 ms); 256 MiB to the device take
@@ -416,6 +457,8 @@ TEST(CudaCopier, CopyOrdersParseAndPrint) {
   EXPECT_EQ(to_string(CopyOrder::kDeadlineChunked), "deadline-chunked");
   EXPECT_EQ(parse_copy_order("deadline-host-waits"), CopyOrder::kDeadlineHostWaits);
   EXPECT_EQ(to_string(CopyOrder::kDeadlineHostWaits), "deadline-host-waits");
+  EXPECT_EQ(parse_copy_order("deadline-host-waits-in"), CopyOrder::kDeadlineHostWaitsIn);
+  EXPECT_EQ(to_string(CopyOrder::kDeadlineHostWaitsIn), "deadline-host-waits-in");
   EXPECT_THROW(parse_copy_order("fifo"), Error);
 }
 

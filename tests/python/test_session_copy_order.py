@@ -22,7 +22,8 @@ def test_the_cpu_copier_says_it_runs_copies_as_issued():
 
 
 @requires_cuda
-@pytest.mark.parametrize("order", ["deadline", "deadline-alone", "deadline-chunked", "deadline-host-waits", "issue"])
+@pytest.mark.parametrize("order", ["deadline", "deadline-alone", "deadline-chunked", "deadline-host-waits",
+                                   "deadline-host-waits-in", "issue"])
 def test_the_cuda_copier_reports_the_order_that_runs(order):
     with teraio.Session(gpu_budget="1GiB", device="cuda", copy_order=order) as session:
         assert f"copier cuda:0 in {order} order" in session.report()["backends"]

@@ -269,14 +269,21 @@ def test_the_first_planned_step_starts_where_the_plan_does(device, swap_dir):
     assert planned[0]["demand_fetches"] <= min(s["demand_fetches"] for s in planned[1:]) + 2, planned
 
 
-@pytest.mark.parametrize("order", ["issue", "deadline-alone", "deadline-chunked", "deadline-host-waits"])
+@pytest.mark.parametrize("order", ["issue", "deadline-alone", "deadline-chunked", "deadline-host-waits",
+                                   "deadline-host-waits-in"])
 def test_copies_in_other_orders_stay_exact(device, swap_dir, order):
     # The other cases run the CUDA copier in deadline order (the default); these as issued, by
     # deadline with the copies waited for alone on the link, by deadline with the rests of copies
-    # waited for queued in chunks, and by deadline with the host waiting for their markers.
+    # waited for queued in chunks, by deadline with the host waiting for their markers, and so
+    # for copies into the device only.
     run = check_case(gpt, adamw, device, swap_dir, host_budget="64MiB", ssd=[], copy_order=order)
     ran = order if torch.device(device).type == "cuda" else "issue"  # the host copier has one order
     assert f"in {ran} order" in run.report["backends"]
+    if ran.startswith("deadline-host-waits"):
+        # The host waits for markers only in planned steps: the others have no plan to keep.
+        unplanned = [s["link"] for s in run.report["steps"] if s["phase"] != "planned"]
+        assert unplanned and all(link["to_host"]["host_waited_s"] == 0 and link["to_device"]["host_waited_s"] == 0
+                                 for link in unplanned), unplanned
 
 
 def test_blocks_kept_for_later_fetches_stay_exact(device, swap_dir):
