@@ -235,7 +235,8 @@ void Session::begin_step() {
     executor_->set_mode(step_mode());
     executor_->begin_step();
   }
-  copier_->serve_plan(step_mode() == runtime::Mode::kPlanned);
+  // Not in a step timed for retiming either: its operator times would take in the host's waits.
+  copier_->serve_plan(step_mode() == runtime::Mode::kPlanned && !timing_planned_step_);
   callback_ns_.store(0, std::memory_order_relaxed);
   callback_parts_.take_s();
   static_cast<void>(copier_->take_link_activity());  // the step's own from here
@@ -264,6 +265,7 @@ StepRecord Session::end_step() {
   std::lock_guard lock(mutex_);
   if (!in_step_) throw Error(ErrorKind::kInvalidArgument, "end of a step that was not begun");
   in_step_ = false;
+  copier_->serve_plan(false);  // between steps (resident(), close(), ...) no plan is served
   StepRecord record;
   record.step = step_index_++;
   record.phase = phase_;
@@ -390,6 +392,7 @@ void Session::abort_step() {
   std::lock_guard lock(mutex_);
   if (!in_step_) return;
   in_step_ = false;
+  copier_->serve_plan(false);
   if (hole_) hole_->release();
   if (observing_) {
     remove_dead();

@@ -208,12 +208,18 @@ TEST(CudaCopier, LinkActivityAccountsForEveryByteAndTheWholeTime) {
 // after that, and the small copy is waited for at once.
 // A 1 GiB copy to the device that the legacy default stream waits for (~20 ms), a compute
 // marker behind that wait, and an 8 MiB copy issued after the marker: waited for before the GPU
-// has passed its marker.
+// has passed its marker. Buffers for a copy out are made before the hold starts, so that making
+// them does not eat into it.
 struct BehindAHeldMarker {
   static constexpr std::size_t kBig = 1024 * kMiB;
   static constexpr std::size_t kSmall = 8 * kMiB;
   explicit BehindAHeldMarker(CopyOrder order)
-      : copier(make_cuda_copier(0, order)), host(*copier, kBig), big(*copier, kBig), small(*copier, kSmall) {
+      : copier(make_cuda_copier(0, order)),
+        host(*copier, kBig),
+        big(*copier, kBig),
+        small(*copier, kSmall),
+        out_source(*copier, kSmall),
+        out_back(*copier, kSmall) {
     static_cast<void>(copier->take_link_activity());
     holding = copier->to_device(big.data(), host.data(), kBig, {false, 1000});
     holding->block_stream(nullptr);                              // the compute stream waits ~20 ms
@@ -224,6 +230,8 @@ struct BehindAHeldMarker {
   PinnedBuffer host;
   DeviceBuffer big;
   DeviceBuffer small;
+  DeviceBuffer out_source;
+  PinnedBuffer out_back;
   std::unique_ptr<CopyEvent> holding;
   std::unique_ptr<CopyEvent> waited;
 };
@@ -261,18 +269,28 @@ TEST(CudaCopier, InHostWaitsOrderTheHostWaitsForTheMarkerInsteadOfGating) {
 }
 
 // Without a plan (DeviceCopier::serve_plan(false)) the host-waits orders gate such a copy as
-// deadline order does, and the host does not wait.
+// deadline order does, and the host does not wait; serving a plan again, it waits again.
 TEST(CudaCopier, WithoutAPlanTheHostWaitsOrdersGate) {
   if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
   for (const CopyOrder order : {CopyOrder::kDeadlineHostWaits, CopyOrder::kDeadlineHostWaitsIn}) {
-    BehindAHeldMarker t(order);
-    t.copier->serve_plan(false);
-    EXPECT_EQ(t.waited->block_stream(nullptr), StreamWait::kGated) << to_string(order);
-    t.waited->wait();
-    t.holding->wait();
-    const LinkActivity in = t.copier->take_link_activity()->to_device;
-    EXPECT_EQ(in.gated_flushes, 1u) << to_string(order);
-    EXPECT_EQ(in.host_waited_s, 0.0) << to_string(order);
+    for (const bool again : {false, true}) {
+      BehindAHeldMarker t(order);
+      t.copier->serve_plan(false);
+      if (again) t.copier->serve_plan(true);
+      const StreamWait how = t.waited->block_stream(nullptr);
+      t.waited->wait();
+      t.holding->wait();
+      const LinkActivity in = t.copier->take_link_activity()->to_device;
+      if (again) {
+        EXPECT_NE(how, StreamWait::kGated) << to_string(order);
+        EXPECT_EQ(in.gated_flushes, 0u) << to_string(order);
+        EXPECT_GT(in.host_waited_s, 0.005) << to_string(order);  // the ~20 ms hold
+      } else {
+        EXPECT_EQ(how, StreamWait::kGated) << to_string(order);
+        EXPECT_EQ(in.gated_flushes, 1u) << to_string(order);
+        EXPECT_EQ(in.host_waited_s, 0.0) << to_string(order);
+      }
+    }
   }
 }
 
@@ -281,10 +299,8 @@ TEST(CudaCopier, WithoutAPlanTheHostWaitsOrdersGate) {
 TEST(CudaCopier, InHostWaitsInOrderOnlyCopiesInWaitOnTheHost) {
   if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
   BehindAHeldMarker t(CopyOrder::kDeadlineHostWaitsIn);
-  DeviceBuffer source(*t.copier, BehindAHeldMarker::kSmall);
-  PinnedBuffer back(*t.copier, BehindAHeldMarker::kSmall);
   t.copier->wait_for_stream(nullptr, CopyDirection::kToHost);  // a marker after the hold
-  auto out = t.copier->to_host(back.data(), source.data(), BehindAHeldMarker::kSmall, {false, 1});
+  auto out = t.copier->to_host(t.out_back.data(), t.out_source.data(), BehindAHeldMarker::kSmall, {false, 1});
   EXPECT_EQ(out->block_stream(nullptr), StreamWait::kGated);
   EXPECT_NE(t.waited->block_stream(nullptr), StreamWait::kGated);
   out->wait();

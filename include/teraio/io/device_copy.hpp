@@ -35,15 +35,16 @@ enum class CopyDirection { kToHost, kToDevice };
 // kDeadlineChunked is kDeadline with the rest of a copy waited for (flushed or gated) queued in
 // chunks too, not as one cudaMemcpyAsync: on W3, single 16 MiB copies that the simulation lands
 // 10-41 ms ahead waited 15-43 ms beside 224-512 MiB copies moved as one piece each (bench/
-// RESULTS.md session 39); a stream's long copy may keep the other stream's off the link. It does
-// not: its copier test timed a gated 256 MiB copy beside a busy lane at 44 ms, as unchunked
-// (session 40). kDeadlineHostWaits gates no copy: a thread that must make a stream wait for
-// a copy whose marker the GPU has not passed waits on the host until it has, and the copy's rest
-// then goes on the lane's stream ahead of the lane's other chunks, as the simulator serves a copy
-// waited for. On W3, 333 of the 428 GiB a step brought to the device went as one-piece rests of
-// copies waited for (215 GiB gated onto the side stream, 118 GiB flushed), outside the deadline
-// order (session 39). The host's lead over the GPU is then at most the copy's prefetch distance.
-// On W3 it cut the copy-in waits by a quarter or more, but the copy-out waits grew and the host
+// RESULTS.md session 39); a stream's long copy may keep the other stream's off the link. The
+// chunks do not change that: its copier test timed a gated 256 MiB copy beside a busy lane at
+// 44 ms, as unchunked (session 40). kDeadlineHostWaits gates no copy while the copier serves a
+// plan (DeviceCopier::serve_plan): a thread that must make a stream wait for a copy whose
+// marker the GPU has not passed waits on the host until it has, and the copy's rest then goes
+// on the lane's stream ahead of the lane's other chunks, as the simulator serves a copy waited
+// for. On W3, 333 of the 428 GiB a step brought to the device went as one-piece rests of copies
+// waited for (215 GiB gated onto the side stream, 118 GiB flushed), outside the deadline order
+// (session 39). The host's lead over the GPU is then at most the copy's prefetch distance. On
+// W3 it cut the copy-in waits by a quarter or more, but the copy-out waits grew and the host
 // waited 3.2-3.6 s a step for markers, a third of it for copies out (session 40).
 // kDeadlineHostWaitsIn keeps the host's waits to copies into the device, where the deadline
 // order is what the plan counts on, and gates copies out as kDeadline does: a copy out waited
@@ -114,7 +115,8 @@ struct LinkActivity {
   // the side stream (CopyOrder::kDeadlineAlone; always 0 in kDeadline).
   double held_s = 0;
   // Host time threads waited for the GPU to pass a copy's marker before queuing its rest
-  // (CopyOrder::kDeadlineHostWaits, and kDeadlineHostWaitsIn to the device; 0 otherwise).
+  // (CopyOrder::kDeadlineHostWaits, and kDeadlineHostWaitsIn to the device, while serving a
+  // plan: DeviceCopier::serve_plan; 0 otherwise).
   double host_waited_s = 0;
 };
 struct LinkActivities {
@@ -157,11 +159,12 @@ class DeviceCopier {
     static_cast<void>(compute_stream);
     static_cast<void>(direction);
   }
-  // Whether the copies from here on serve a plan (true until told otherwise). The host-waits
-  // orders wait on the host only while they do, and gate a copy as kDeadline does otherwise:
-  // without a plan there is no deadline order to keep, and a host wait only lets the GPU's
-  // queue run down. The operator times of a profiling step then show the host's time instead
-  // of the kernels' (on W3 2.1 s a step more, bench/RESULTS.md session 40).
+  // Whether the copier serves a plan from here on (true until told otherwise): read when a
+  // stream is made to wait for a copy (CopyEvent::block_stream). The host-waits orders wait on
+  // the host only while it does, and gate the copy as kDeadline does otherwise: without a plan
+  // there is no deadline order to keep, and a host wait only lets the GPU's queue run down.
+  // Host waits in a profiling step made its operator times take in the host's time instead of
+  // the kernels' (on W3 2.1 s a step more, bench/RESULTS.md session 40).
   virtual void serve_plan(bool planned) { static_cast<void>(planned); }
   // Each direction's activity since the last call (or since the copier was made), and starts
   // counting again; nothing where copies go straight onto a stream (issue order, host copier).
