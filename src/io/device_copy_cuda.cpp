@@ -82,13 +82,14 @@ class CudaCopier final : public DeviceCopier {
     // As the dispatchers read their slack back: what runs, not what was asked.
     const std::string to_host = lanes_[0]->polling_slack().describe();
     const std::string to_device = lanes_[1]->polling_slack().describe();
-    return cat(to_string(order_), " order (", format_bytes(CopyLane::kChunkBytes),
-               " chunks; copies waited for ", order_ == CopyOrder::kDeadlineAlone ? "alone on" : "sharing",
-               " the link", order_ == CopyOrder::kDeadlineChunked ? ", their rests in chunks too" : "",
-               order_ == CopyOrder::kDeadlineHostWaits ? ", the host waiting for their markers" : "",
-               order_ == CopyOrder::kDeadlineHostWaitsIn ? ", the host waiting for the markers of copies in" : "",
-               "; dispatchers poll with ",
-               to_host == to_device ? to_host : cat(to_host, " (to host), ", to_device, " (to device)"), ")");
+    return cat(
+        to_string(order_), " order (", format_bytes(CopyLane::kChunkBytes), " chunks; copies waited for ",
+        order_ == CopyOrder::kDeadlineAlone ? "alone on" : "sharing", " the link",
+        order_ == CopyOrder::kDeadlineChunked ? ", their rests in chunks too" : "",
+        order_ == CopyOrder::kDeadlineHostWaits ? ", the host waiting for their markers" : "",
+        order_ == CopyOrder::kDeadlineHostWaitsIn ? ", the host waiting for the markers of copies in" : "",
+        "; dispatchers poll with ",
+        to_host == to_device ? to_host : cat(to_host, " (to host), ", to_device, " (to device)"), ")");
   }
   bool completes_in_order() const override { return !lanes_[0]; }
   void serve_plan(bool planned) override {

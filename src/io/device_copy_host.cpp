@@ -67,9 +67,9 @@ std::string_view to_string(CopyOrder order) {
 }
 
 CopyOrder parse_copy_order(std::string_view text) {
-  for (const CopyOrder order : {CopyOrder::kIssue, CopyOrder::kDeadline, CopyOrder::kDeadlineAlone,
-                                CopyOrder::kDeadlineChunked, CopyOrder::kDeadlineHostWaits,
-                                CopyOrder::kDeadlineHostWaitsIn})
+  for (const CopyOrder order :
+       {CopyOrder::kIssue, CopyOrder::kDeadline, CopyOrder::kDeadlineAlone, CopyOrder::kDeadlineChunked,
+        CopyOrder::kDeadlineHostWaits, CopyOrder::kDeadlineHostWaitsIn})
     if (text == to_string(order)) return order;
   throw Error(ErrorKind::kInvalidArgument,
               cat("unknown copy order '", text,
