@@ -59,12 +59,14 @@ class CudaCopier final : public DeviceCopier {
         to_host_(device),
         to_device_(device) {
     if (order == CopyOrder::kIssue) return;
-    const CopyLane::Options out{order == CopyOrder::kDeadlineAlone, order == CopyOrder::kDeadlineChunked,
-                                order == CopyOrder::kDeadlineHostWaits};
-    CopyLane::Options in = out;
-    in.host_waits = in.host_waits || order == CopyOrder::kDeadlineHostWaitsIn;
-    lanes_[0] = std::make_shared<CopyLane>(device, cudaMemcpyDeviceToHost, events_, out);
-    lanes_[1] = std::make_shared<CopyLane>(device, cudaMemcpyHostToDevice, events_, in);
+    const bool alone = order == CopyOrder::kDeadlineAlone;
+    const bool chunked = order == CopyOrder::kDeadlineChunked;
+    const bool host_waits_out = order == CopyOrder::kDeadlineHostWaits;
+    const bool host_waits_in = host_waits_out || order == CopyOrder::kDeadlineHostWaitsIn;
+    lanes_[0] = std::make_shared<CopyLane>(device, cudaMemcpyDeviceToHost, events_,
+                                           CopyLane::Options{alone, chunked, host_waits_out});
+    lanes_[1] = std::make_shared<CopyLane>(device, cudaMemcpyHostToDevice, events_,
+                                           CopyLane::Options{alone, chunked, host_waits_in});
   }
 
   std::string name() const override { return cat("cuda:", device_); }

@@ -270,8 +270,8 @@ StepRecord Session::end_step() {
   record.step = step_index_++;
   record.phase = phase_;
   record.ops = op_counter_;
-  record.host_syncs = std::exchange(host_syncs_, 0);
-  record.first_host_sync = std::exchange(first_host_sync_, std::string{});
+  record.host_syncs = host_syncs_;  // counted from begin_step, which resets them
+  record.first_host_sync = first_host_sync_;
   if (record.host_syncs > 0 && phase_ == SessionPhase::kPlanned && device_.is_cuda() && !host_syncs_said_) {
     // Said once: each sync empties the GPU's queue, and the GPU then waits while the host
     // launches again through the callbacks (W3: ~40 ms a micro-batch, bench/RESULTS.md session 39).

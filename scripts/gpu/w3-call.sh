@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# W3 calls on one GPU machine, from session 40 on (it began as session 40's call.sh; sessions
+# 37-39's call.sh files are its earlier copies): W3 arms, each with its own output folder, the
+# ideal, the copier tests and the exact suite's CUDA cases, all tarred into $OUT/call.tar (a call
+# brings back at most 8 files). Sessions' records name arms, so an arm once added keeps its
+# options: add arms, do not change them.
+#   CALL_TAG=s40                      the work folders go under /var/tmp/$CALL_TAG (default w3)
+#   RUNS="W3-c8:new W3-c8:shared ..."  the WORKLOAD:ARM pairs, in order (W3-cN: W3 with N of 32
+#                                     recomputed, --save-trace, 3 measured steps; ARM new = the
+#                                     defaults, share0 = --min-migration-share 0, alone =
+#                                     --copy-order deadline-alone, hostwaits = nosync with
+#                                     --copy-order deadline-host-waits). Session 38's calls 3-4 ran before a rename:
+#                                     call 3's default then held the lane (today's alone), call 4's
+#                                     arm "shared" (--copy-order deadline-shared) is today's default.
+#                                     prof = the defaults with --gpu-profile (one more step under
+#                                     torch.profiler, summarized in the run's log and JSON)
+#                                     nosync = --host-syncs off (session 39: no host sync in each
+#                                     micro-batch's forward, the same computation)
+#                                     profnosync = both (session 39); chunked = nosync with
+#                                     --copy-order deadline-chunked, nosyncalone = nosync with
+#                                     --copy-order deadline-alone
+#                                     profhostwaits = hostwaits with --gpu-profile (session 40)
+#                                     hostwaitsin = nosync with --copy-order deadline-host-waits-in
+#   NOSIM=1                           device_stalls.py without the simulated step (saves 1-2 min a run)
+#   IDEAL=1                           before the runs, measure W3's ideal here (2 and 4 layers,
+#                                     checked at 3; about 100 s), for shares of a same-machine ideal
+#   IDEAL_ARGS="--host-syncs off"     options added to the ideal's command (session 39)
+#   COPIER=1                          first build and run the CUDA copier's C++ tests
+#   EXACT=1                           then the exact suite's CUDA cases
+# Run from the repository root; carry .deps.
+set -uo pipefail
+start=$SECONDS
+out=${OUT:-$PWD/out}
+work=/var/tmp/${CALL_TAG:-w3}/$(date +%s)  # one folder a call: names repeat from call to call
+mkdir -p "$work" "$out"
+. scripts/gpu/native-module.sh
+. scripts/gpu/bench-arm.sh
+ensure_native_module "$out"; echo "built ($((SECONDS - start)) s)"
+if [ -n "${COPIER:-}" ]; then
+  { ninja -C build/gpu -j "$(nproc)" teraio_io_cuda_tests >"$work/copier-build.log" 2>&1 &&
+    build/gpu/tests/io/teraio_io_cuda_tests --gtest_filter='CudaCopier*'; } >"$work/copier.log" 2>&1
+  echo "copier tests: status $? ($((SECONDS - start)) s)"
+  grep -E "order:|ready copy|PASSED|FAILED|OK \]" "$work/copier.log" | cut -c1-200
+  tar -C "$work" -rf "$out/call.tar" copier.log copier-build.log
+fi
+if [ -n "${IDEAL:-}" ]; then
+  PYTHONUNBUFFERED=1 PYTHONPATH=python timeout 330 python3 bench/train_llm.py --workload W3 --budget 79GiB \
+    --modes ideal --extrapolate 2,4,3 --warmup 1 --steps 3 --child-timeout 320 --out "$work/ideal" ${IDEAL_ARGS:-} \
+    >"$work/ideal.log" 2>&1
+  echo "W3 ideal: status $? ($((SECONDS - start)) s)"; grep -hE "^\| ideal|extrapolat" "$work/ideal"/W3-*.md | cut -c1-300
+  cp "$work/ideal"/W3-*.md "$work/ideal.md" 2>/dev/null; xz -T0 -f "$work/ideal.log"
+  tar -C "$work" -rf "$out/call.tar" ideal.md ideal.log.xz
+fi
+if [ -n "${EXACT:-}" ]; then
+  PYTHONPATH=$(pytest_pythonpath) timeout 200 python3 -m pytest -q -p no:cacheprovider \
+    tests/python/test_training_exact.py tests/python/test_session_copy_order.py tests/python/test_session_host_syncs.py -k cuda >"$work/exact.log" 2>&1
+  echo "exact suite (cuda): status $? ($((SECONDS - start)) s)"; tail -n 5 "$work/exact.log"
+  tar -C "$work" -rf "$out/call.tar" exact.log
+fi
+i=0
+for run in ${RUNS:-}; do
+  i=$((i + 1)); name=$i-${run/:/-}
+  mkdir -p "$work/$name"
+  workload=${run%%:*}
+  case ${run##*:} in
+    share0) extra=(--min-migration-share 0) ;;
+    alone) extra=(--copy-order deadline-alone) ;;
+    prof) extra=(--gpu-profile) ;;
+    nosync) extra=(--host-syncs off) ;;
+    profnosync) extra=(--gpu-profile --host-syncs off) ;;
+    chunked) extra=(--host-syncs off --copy-order deadline-chunked) ;;
+    nosyncalone) extra=(--host-syncs off --copy-order deadline-alone) ;;
+    hostwaits) extra=(--host-syncs off --copy-order deadline-host-waits) ;;
+    profhostwaits) extra=(--gpu-profile --host-syncs off --copy-order deadline-host-waits) ;;
+    hostwaitsin) extra=(--host-syncs off --copy-order deadline-host-waits-in) ;;
+    *) extra=() ;;
+  esac
+  LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \
+    --modes teraio-recompute --recompute-counts "${workload#W3-c}" --recompute-measure 0 --warmup 1 --steps 3 \
+    --reserve 5GiB --host-budget 100GiB --allocator paged --paged-page 16MiB --save-trace "${extra[@]}"
+  # the trace, plan and device waits, for teraio simulate and bench/device_stalls.py here
+  runs=$(cd /var/tmp/teraio && ls -dt "$name"-*/ | head -n 1)  # this call's run of that name
+  XZ_OPT="-T0 -3" tar -C /var/tmp/teraio -cJf "$work/$name/saved.tar.xz" $(cd /var/tmp/teraio && ls -d "$runs"*trace* \
+    "$runs"*plan* "$runs"*device-waits* 2>/dev/null)
+  # the last measured step's device waits by where their copies stood and by the size due; with
+  # the teraio CLI that run-torch.sh builds beside the module, against the simulated step too
+  # (per stretch, and the GPU time between the waits against the profile's operator times)
+  saved=/var/tmp/teraio/${runs}W3-79GiB-teraio-recompute
+  simulation=()
+  [ -x build/gpu/tools/teraio/teraio ] && [ -z "${NOSIM:-}" ] &&
+    simulation=(--teraio build/gpu/tools/teraio/teraio --trace "$saved-trace.tiotrace" --budget 74GiB)
+  python3 bench/device_stalls.py "$saved-device-waits.json" --plan "$saved-plan.json" "${simulation[@]}" |
+    tee "$work/$name/stalls.txt"
+  tar -C "$work" -rf "$out/call.tar" "$name"
+  echo "after $name: $((SECONDS - start)) s"
+done
