@@ -21,6 +21,7 @@
 #                                     --copy-order deadline-alone
 #                                     profhostwaits = hostwaits with --gpu-profile (session 40)
 #                                     hostwaitsin = nosync with --copy-order deadline-host-waits-in
+#                                     profhostwaitsin = hostwaitsin with --gpu-profile (session 41)
 #   NOSIM=1                           device_stalls.py without the simulated step (saves 1-2 min a run)
 #   IDEAL=1                           before the runs, measure W3's ideal here (2 and 4 layers,
 #                                     checked at 3; about 100 s), for shares of a same-machine ideal
@@ -73,6 +74,7 @@ for run in ${RUNS:-}; do
     hostwaits) extra=(--host-syncs off --copy-order deadline-host-waits) ;;
     profhostwaits) extra=(--gpu-profile --host-syncs off --copy-order deadline-host-waits) ;;
     hostwaitsin) extra=(--host-syncs off --copy-order deadline-host-waits-in) ;;
+    profhostwaitsin) extra=(--gpu-profile --host-syncs off --copy-order deadline-host-waits-in) ;;
     *) extra=() ;;
   esac
   LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \
