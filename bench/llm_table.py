@@ -140,6 +140,8 @@ def table_notes(table):
     notes += [f"- cuBLAS workspace (every mode): {workspace}" for workspace in sorted(workspaces)]
     syncs = {entry["host_syncs"] for entry in table["modes"].values() if entry.get("host_syncs")}
     notes += [f"- host syncs in each micro-batch's forward (every mode): {what}" for what in sorted(syncs)]
+    freezes = {name: entry["gc_freeze"] for name, entry in table["modes"].items() if entry.get("gc_freeze")}
+    notes += [f"- {name}: Python's collector, {what}" for name, what in freezes.items()]
     allocators = {entry["allocator"] for entry in table["modes"].values() if entry.get("allocator")}
     notes += [f"- CUDA allocator: {allocator}" for allocator in sorted(allocators)]
     for name, entry in table["modes"].items():

@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import datetime
 import functools
+import gc
 import importlib.util
 import json
 import math
@@ -124,6 +125,11 @@ def parse_args(argv):
                         "computed: the inputs are copied from pinned memory without waiting, and transformers' "
                         "check for packed sequences (a .all() in a Python if) is skipped, since the inputs are "
                         "one sequence a row. The result's host_syncs field says what was done")
+    p.add_argument("--gc-freeze", choices=("on", "off"), default="off",
+                   help="on: after setup and again before the first measured step, collect and then move "
+                        "every object Python's collector tracks into its permanent generation (gc.freeze), "
+                        "so that full collections during the steps no longer scan the model's objects; the "
+                        "same computation. Every mode alike; the result's gc_freeze field says what was done")
     p.add_argument("--cublas-config", choices=("settle", "keep"), default="settle",
                    help="settle: drop CUBLAS_WORKSPACE_CONFIG after the deterministic check where its size is the "
                         "default (sm_90), since PyTorch parses it on every cuBLAS call; keep: leave it set")
@@ -515,6 +521,9 @@ def train(args, workload, mode, device, result, stem):
                                           activations=args.recast_activations == "on")
         watch = host_watch.HostWatch(device)
         stack.callback(watch.close)
+        if args.gc_freeze == "on":
+            stack.callback(gc.unfreeze)
+            frozen_at_setup = host_watch.freeze_collector()
 
         def one_step(measured):
             loss = train_step(lm, optimizer, next(batches), workload, device, mode, recasting)
@@ -541,6 +550,9 @@ def train(args, workload, mode, device, result, stem):
         saved = False
         device_waits = []  # --save-trace: each measured step's Session.device_waits()
         for i in range(warmup + args.steps):
+            if args.gc_freeze == "on" and i == warmup:  # outside the timed part, as the setup's
+                result["gc_freeze"] = (f"gc.freeze(): {frozen_at_setup} objects frozen after setup, "
+                                       f"{host_watch.freeze_collector()} in all before the first measured step")
             # The allocator's counters are read outside the timed part.
             with watch.step() as held_up:
                 _sync(device)

@@ -22,6 +22,8 @@
 #                                     profhostwaits = hostwaits with --gpu-profile (session 40)
 #                                     hostwaitsin = nosync with --copy-order deadline-host-waits-in
 #                                     profhostwaitsin = hostwaitsin with --gpu-profile (session 41)
+#                                     freezein = hostwaitsin with --gc-freeze on, freezenosync = nosync
+#                                     with --gc-freeze on (session 41; IDEAL_ARGS may add it too)
 #   NOSIM=1                           device_stalls.py without the simulated step (saves 1-2 min a run)
 #   IDEAL=1                           before the runs, measure W3's ideal here (2 and 4 layers,
 #                                     checked at 3; about 100 s), for shares of a same-machine ideal
@@ -75,6 +77,8 @@ for run in ${RUNS:-}; do
     profhostwaits) extra=(--gpu-profile --host-syncs off --copy-order deadline-host-waits) ;;
     hostwaitsin) extra=(--host-syncs off --copy-order deadline-host-waits-in) ;;
     profhostwaitsin) extra=(--gpu-profile --host-syncs off --copy-order deadline-host-waits-in) ;;
+    freezein) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on) ;;
+    freezenosync) extra=(--host-syncs off --gc-freeze on) ;;
     *) extra=() ;;
   esac
   LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \

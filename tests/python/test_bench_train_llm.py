@@ -5,6 +5,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -318,6 +319,25 @@ def test_host_syncs_off_skips_the_packed_sequence_check_where_it_is_looked_up(mo
     cpu = llm_models.LanguageModel(module=None, description="", blocks=None, uses_transformers=False)
     assert llm_models.without_host_syncs(cpu, torch.device("cpu")) == "inputs on the CPU"
     assert cpu._to(torch.ones(2), torch.device("cpu")).device.type == "cpu"
+
+
+def test_gc_freeze_is_recorded_and_changes_no_loss(tmp_path):
+    # --gc-freeze on freezes the collector's objects in every mode, says so, and computes the same
+    # losses bit for bit as a run without it (TeraIO's session too).
+    common = ("--workload", "tiny", "--modes", "ideal,teraio-host", "--steps", "2", "--teraio-budget", "1MiB")
+    tables = {}
+    for freeze in ("on", "off"):
+        done = run_bench(*common, "--gc-freeze", freeze, "--out", str(tmp_path / freeze))
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        tables[freeze] = json.loads((tmp_path / freeze / "tiny-nocap.json").read_text())
+    for name, entry in tables["on"]["modes"].items():
+        assert re.fullmatch(r"gc\.freeze\(\): \d+ objects frozen after setup, \d+ in all before the first "
+                            r"measured step", entry["gc_freeze"]), entry["gc_freeze"]
+        assert "gc_freeze" not in tables["off"]["modes"][name]
+        losses = [[step["loss_hex"] for step in table["modes"][name]["steps"]] for table in tables.values()]
+        assert losses[0] == losses[1] and len(losses[0]) >= 2
+    assert tables["on"]["modes"]["teraio-host"]["summary"]["exact"] is True
+    assert "Python's collector, gc.freeze()" in (tmp_path / "on" / "tiny-nocap.md").read_text()
 
 
 def test_gpu_profile_scopes_nest_by_parent():
