@@ -524,6 +524,8 @@ def train(args, workload, mode, device, result, stem):
         if args.gc_freeze == "on":
             stack.callback(gc.unfreeze)
             frozen_at_setup = host_watch.freeze_collector()
+            # Said now, so that a mode that fails before its measured steps records it too.
+            result["gc_freeze"] = f"gc.freeze(): {frozen_at_setup} objects frozen after setup"
 
         def one_step(measured):
             loss = train_step(lm, optimizer, next(batches), workload, device, mode, recasting)
