@@ -9,13 +9,21 @@ one by one, maps them again and unmaps the whole range in one call (to see wheth
 allows that), and releases them. The driver is reached through ctypes (libcuda.so.1), in the
 primary context PyTorch makes current.
 
-    python3 bench/vmm_costs.py [--total 8GiB] [--pages 2MiB,32MiB] [--json out.json]
+On W3 under TeraIO (session 41, an H200) mapping cost 183-220 µs per 16 MiB page, against 4 µs per
+cuMemMap and 36 µs per page of cuMemSetAccess measured here on an idle H100 (session 25). Two
+conditions of a training step may explain it, and each can be set: --busy keeps the GPU running
+matmuls on a stream of its own while the calls are timed, and --resident maps that many bytes of
+pages elsewhere first, as the allocator holds the rest of the device mapped.
+
+    python3 bench/vmm_costs.py [--total 8GiB] [--pages 2MiB,32MiB] [--busy] [--resident 64GiB] [--json out.json]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
+import math
 import time
 
 import torch
@@ -75,11 +83,64 @@ def timed(function):
     return time.perf_counter() - start
 
 
-def measure(driver, page, total):
+def page_props(driver):
     prop = AllocationProp(type=CU_MEM_ALLOCATION_TYPE_PINNED, location=Location(CU_MEM_LOCATION_TYPE_DEVICE,
                                                                                driver.device))
     access = AccessDesc(location=Location(CU_MEM_LOCATION_TYPE_DEVICE, driver.device),
                         flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+    return prop, access
+
+
+@contextlib.contextmanager
+def resident(driver, page, total):
+    """`total` bytes of `page`-sized pages created, mapped into one range and made accessible for
+    the duration, as the allocator holds the device mapped while it maps more; nothing if 0."""
+    count = total // page
+    if count == 0:
+        yield 0
+        return
+    prop, access = page_props(driver)
+    handles = [ctypes.c_ulonglong() for _ in range(count)]
+    base = ctypes.c_ulonglong()
+    for handle in handles:
+        driver.call("cuMemCreate", ctypes.byref(handle), ctypes.c_size_t(page), ctypes.byref(prop), ctypes.c_ulonglong(0))
+    driver.call("cuMemAddressReserve", ctypes.byref(base), ctypes.c_size_t(count * page), ctypes.c_size_t(page),
+                ctypes.c_ulonglong(0), ctypes.c_ulonglong(0))
+    for i, handle in enumerate(handles):
+        driver.call("cuMemMap", ctypes.c_ulonglong(base.value + i * page), ctypes.c_size_t(page), ctypes.c_size_t(0),
+                    handle, ctypes.c_ulonglong(0))
+    driver.call("cuMemSetAccess", base, ctypes.c_size_t(count * page), ctypes.byref(access), ctypes.c_size_t(1))
+    try:
+        yield count
+    finally:
+        for i in range(count):
+            driver.call("cuMemUnmap", ctypes.c_ulonglong(base.value + i * page), ctypes.c_size_t(page))
+        for handle in handles:
+            driver.call("cuMemRelease", handle)
+        driver.call("cuMemAddressFree", base, ctypes.c_size_t(count * page))
+
+
+def keep_busy(seconds):
+    """Queues about `seconds` of matmuls on a stream of their own and returns it: the calls timed
+    next then run while kernels do, as in a training step. Fewer launches than CUDA's queue
+    holds, so that queuing them does not block the host."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        a = torch.randn(8192, 8192, device="cuda")
+        a @ a  # the first launch loads the kernel
+        stream.synchronize()
+        start = time.perf_counter()
+        for _ in range(4):
+            a @ a
+        stream.synchronize()
+        one = (time.perf_counter() - start) / 4
+        for _ in range(min(800, math.ceil(seconds / one))):
+            a @ a
+    return stream
+
+
+def measure(driver, page, total, busy_s=0.0):
+    prop, access = page_props(driver)
     count = total // page
     handles = [ctypes.c_ulonglong() for _ in range(count)]
     base = ctypes.c_ulonglong()
@@ -102,12 +163,17 @@ def measure(driver, page, total):
         for i in range(count):
             driver.call("cuMemUnmap", ctypes.c_ulonglong(base.value + i * page), ctypes.c_size_t(page))
 
+    busy = keep_busy(busy_s) if busy_s > 0 else None
+    row["busy"] = busy is not None
     row["create_s"] = timed(create)
     driver.call("cuMemAddressReserve", ctypes.byref(base), ctypes.c_size_t(count * page), ctypes.c_size_t(page),
                 ctypes.c_ulonglong(0), ctypes.c_ulonglong(0))
     row["map_s"] = timed(map_all)
     row["set_access_s"] = timed(set_access)
-    torch.cuda.synchronize()
+    # Not torch.cuda.synchronize(): that would wait for the busy stream too.
+    torch.cuda.current_stream().synchronize()
+    if busy is not None and busy.query():
+        row["busy"] = "ran out"  # the kernels ended before the calls did: not a busy measurement
     row["unmap_each_s"] = timed(unmap_each)
     map_all()
     set_access()
@@ -123,6 +189,10 @@ def measure(driver, page, total):
         unmap_each()
     row["release_s"] = timed(lambda: [driver.call("cuMemRelease", handle) for handle in handles])
     driver.call("cuMemAddressFree", base, ctypes.c_size_t(count * page))
+    if busy is not None:
+        if busy.query():
+            row["busy"] = "ran out"
+        busy.synchronize()
     for key in ("create", "map", "unmap_each", "release"):
         row[f"{key}_us_per_page"] = row[f"{key}_s"] / count * 1e6
         row[f"{key}_s_per_gib"] = row[f"{key}_s"] / (count * page / GIB)
@@ -133,20 +203,33 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--total", default="8GiB", help="bytes of pages per size (default %(default)s)")
     p.add_argument("--pages", default="2MiB,32MiB", help="page sizes, comma-separated (default %(default)s)")
+    p.add_argument("--busy", action="store_true",
+                   help="time the calls while matmuls run on a stream of their own (about 5 s of them a page size)")
+    p.add_argument("--resident", default="0",
+                   help="bytes of pages (of each size measured) to create and map elsewhere first (default none)")
     p.add_argument("--json", help="write the rows here too")
     args = p.parse_args()
+    total, resident_bytes = parse_size(args.total), parse_size(args.resident)
+    pages = [parse_size(size) for size in args.pages.split(",")]
     if not torch.cuda.is_available():
         raise SystemExit("vmm_costs.py needs a CUDA device")
     torch.zeros(1, device="cuda")  # the primary context, current on this thread
     driver = Driver(torch.cuda.current_device())
-    rows = [measure(driver, parse_size(size), parse_size(args.total)) for size in args.pages.split(",")]
+    rows = []
+    for page in pages:
+        with resident(driver, page, resident_bytes) as held:
+            rows.append(measure(driver, page, total, busy_s=5.0 if args.busy else 0.0))
+            rows[-1]["resident_pages"] = held
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print("| page | pages | create (µs/page) | map (µs/page) | map (s/GiB) | set access, whole range (s) | "
-          "unmap one by one (µs/page) | unmap (s/GiB) | one unmap for the range | release (µs/page) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| page | pages | GPU busy | pages mapped elsewhere | create (µs/page) | map (µs/page) | map (s/GiB) | "
+          "set access, whole range (s) | unmap one by one (µs/page) | unmap (s/GiB) | one unmap for the range | "
+          "release (µs/page) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         whole = f"{r['unmap_whole_s'] * 1e3:.1f} ms" if r["unmap_whole_allowed"] else "refused"
-        print(f"| {r['page_bytes'] // MIB} MiB | {r['pages']} | {r['create_us_per_page']:.1f} | "
+        busy = {True: "yes", False: "no"}.get(r["busy"], r["busy"])
+        print(f"| {r['page_bytes'] // MIB} MiB | {r['pages']} | {busy} | {r['resident_pages']} | "
+              f"{r['create_us_per_page']:.1f} | "
               f"{r['map_us_per_page']:.1f} | {r['map_s_per_gib']:.4f} | {r['set_access_s']:.4f} | "
               f"{r['unmap_each_us_per_page']:.1f} | {r['unmap_each_s_per_gib']:.4f} | {whole} | "
               f"{r['release_us_per_page']:.1f} |")

@@ -30,6 +30,8 @@
 #   IDEAL_ARGS="--host-syncs off"     options added to the ideal's command (session 39)
 #   COPIER=1                          first build and run the CUDA copier's C++ tests
 #   EXACT=1                           then the exact suite's CUDA cases
+#   VMM=1                             then bench/vmm_costs.py at 16 MiB pages: idle, with the GPU busy,
+#                                     with 64 GiB mapped elsewhere, and both (session 41; about 40 s)
 # Run from the repository root; carry .deps.
 set -uo pipefail
 start=$SECONDS
@@ -59,6 +61,17 @@ if [ -n "${EXACT:-}" ]; then
     tests/python/test_training_exact.py tests/python/test_session_copy_order.py tests/python/test_session_host_syncs.py -k cuda >"$work/exact.log" 2>&1
   echo "exact suite (cuda): status $? ($((SECONDS - start)) s)"; tail -n 5 "$work/exact.log"
   tar -C "$work" -rf "$out/call.tar" exact.log
+fi
+if [ -n "${VMM:-}" ]; then
+  # Whether W3's 183-220 µs a mapped page (session 41) is the H200's price, or the price while
+  # kernels run or with the device mapped full: one table, a row per condition.
+  for condition in "" "--busy" "--resident 64GiB" "--busy --resident 64GiB"; do
+    # shellcheck disable=SC2086  # the condition is a list of options
+    timeout 120 python3 bench/vmm_costs.py --total 4GiB --pages 16MiB $condition 2>&1 |
+      { if [ -z "$condition" ]; then cat; else tail -n 1; fi; }
+  done >"$work/vmm.md"
+  echo "vmm costs ($((SECONDS - start)) s)"; cat "$work/vmm.md"
+  tar -C "$work" -rf "$out/call.tar" vmm.md
 fi
 i=0
 for run in ${RUNS:-}; do
