@@ -16,7 +16,7 @@ base=(--budget 75712MiB --host-capacity 100GiB --d2h 50557082028 --h2d 500253925
 for tr in c4 c8; do
   while read -r name opts; do
     # shellcheck disable=SC2086  # opts is a list of options
-    # teraio plan exits 1 when no plan fits the budget without stalls (these), and still writes it.
+    # teraio plan exits 3 when no plan fits the budget without stalls (these), and still writes it.
     "$T" plan "${!tr}" "${base[@]}" $opts -o "$work/$tr-$name.json" >"$work/$tr-$name.log" 2>&1 || true
     [ -s "$work/$tr-$name.json" ] || { cat "$work/$tr-$name.log" >&2; exit 1; }
     step=$("$T" simulate "${!tr}" "$work/$tr-$name.json" --enforce-budget --budget 74GiB | awk '/step time/ {print $3}')
