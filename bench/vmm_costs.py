@@ -83,41 +83,74 @@ def timed(function):
     return time.perf_counter() - start
 
 
-def page_props(driver):
-    prop = AllocationProp(type=CU_MEM_ALLOCATION_TYPE_PINNED, location=Location(CU_MEM_LOCATION_TYPE_DEVICE,
-                                                                               driver.device))
-    access = AccessDesc(location=Location(CU_MEM_LOCATION_TYPE_DEVICE, driver.device),
-                        flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-    return prop, access
+class Pages:
+    """`count` pages of `page` bytes on the driver's device and one address range for them: each
+    driver step the measurements time, and resident() uses, as a method."""
+
+    def __init__(self, driver, page, count):
+        self.driver, self.page, self.count = driver, page, count
+        self.prop = AllocationProp(type=CU_MEM_ALLOCATION_TYPE_PINNED,
+                                   location=Location(CU_MEM_LOCATION_TYPE_DEVICE, driver.device))
+        self.access = AccessDesc(location=Location(CU_MEM_LOCATION_TYPE_DEVICE, driver.device),
+                                 flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        self.handles = [ctypes.c_ulonglong() for _ in range(count)]
+        self.base = ctypes.c_ulonglong()
+
+    def address(self, i):
+        return ctypes.c_ulonglong(self.base.value + i * self.page)
+
+    def create(self):
+        for handle in self.handles:
+            self.driver.call("cuMemCreate", ctypes.byref(handle), ctypes.c_size_t(self.page), ctypes.byref(self.prop),
+                             ctypes.c_ulonglong(0))
+
+    def reserve(self):
+        self.driver.call("cuMemAddressReserve", ctypes.byref(self.base), ctypes.c_size_t(self.count * self.page),
+                         ctypes.c_size_t(self.page), ctypes.c_ulonglong(0), ctypes.c_ulonglong(0))
+
+    def map_all(self):
+        for i, handle in enumerate(self.handles):
+            self.driver.call("cuMemMap", self.address(i), ctypes.c_size_t(self.page), ctypes.c_size_t(0), handle,
+                             ctypes.c_ulonglong(0))
+
+    def set_access(self):
+        self.driver.call("cuMemSetAccess", self.base, ctypes.c_size_t(self.count * self.page),
+                         ctypes.byref(self.access), ctypes.c_size_t(1))
+
+    def unmap_each(self):
+        for i in range(self.count):
+            self.driver.call("cuMemUnmap", self.address(i), ctypes.c_size_t(self.page))
+
+    def unmap_whole(self):
+        """One cuMemUnmap for the whole range: the driver's status (0 if it allowed that)."""
+        return self.driver.try_call("cuMemUnmap", self.base, ctypes.c_size_t(self.count * self.page))
+
+    def release(self):
+        for handle in self.handles:
+            self.driver.call("cuMemRelease", handle)
+
+    def unreserve(self):
+        self.driver.call("cuMemAddressFree", self.base, ctypes.c_size_t(self.count * self.page))
 
 
 @contextlib.contextmanager
 def resident(driver, page, total):
     """`total` bytes of `page`-sized pages created, mapped into one range and made accessible for
     the duration, as the allocator holds the device mapped while it maps more; nothing if 0."""
-    count = total // page
-    if count == 0:
+    pages = Pages(driver, page, total // page)
+    if pages.count == 0:
         yield 0
         return
-    prop, access = page_props(driver)
-    handles = [ctypes.c_ulonglong() for _ in range(count)]
-    base = ctypes.c_ulonglong()
-    for handle in handles:
-        driver.call("cuMemCreate", ctypes.byref(handle), ctypes.c_size_t(page), ctypes.byref(prop), ctypes.c_ulonglong(0))
-    driver.call("cuMemAddressReserve", ctypes.byref(base), ctypes.c_size_t(count * page), ctypes.c_size_t(page),
-                ctypes.c_ulonglong(0), ctypes.c_ulonglong(0))
-    for i, handle in enumerate(handles):
-        driver.call("cuMemMap", ctypes.c_ulonglong(base.value + i * page), ctypes.c_size_t(page), ctypes.c_size_t(0),
-                    handle, ctypes.c_ulonglong(0))
-    driver.call("cuMemSetAccess", base, ctypes.c_size_t(count * page), ctypes.byref(access), ctypes.c_size_t(1))
+    pages.create()
+    pages.reserve()
+    pages.map_all()
+    pages.set_access()
     try:
-        yield count
+        yield pages.count
     finally:
-        for i in range(count):
-            driver.call("cuMemUnmap", ctypes.c_ulonglong(base.value + i * page), ctypes.c_size_t(page))
-        for handle in handles:
-            driver.call("cuMemRelease", handle)
-        driver.call("cuMemAddressFree", base, ctypes.c_size_t(count * page))
+        pages.unmap_each()
+        pages.release()
+        pages.unreserve()
 
 
 def keep_busy(seconds):
@@ -140,55 +173,30 @@ def keep_busy(seconds):
 
 
 def measure(driver, page, total, busy_s=0.0):
-    prop, access = page_props(driver)
-    count = total // page
-    handles = [ctypes.c_ulonglong() for _ in range(count)]
-    base = ctypes.c_ulonglong()
+    pages = Pages(driver, page, total // page)
+    count = pages.count
     row = {"page_bytes": page, "pages": count, "total_bytes": count * page}
-
-    def create():
-        for handle in handles:
-            driver.call("cuMemCreate", ctypes.byref(handle), ctypes.c_size_t(page), ctypes.byref(prop),
-                        ctypes.c_ulonglong(0))
-
-    def map_all():
-        for i, handle in enumerate(handles):
-            driver.call("cuMemMap", ctypes.c_ulonglong(base.value + i * page), ctypes.c_size_t(page), ctypes.c_size_t(0),
-                        handle, ctypes.c_ulonglong(0))
-
-    def set_access():
-        driver.call("cuMemSetAccess", base, ctypes.c_size_t(count * page), ctypes.byref(access), ctypes.c_size_t(1))
-
-    def unmap_each():
-        for i in range(count):
-            driver.call("cuMemUnmap", ctypes.c_ulonglong(base.value + i * page), ctypes.c_size_t(page))
-
     busy = keep_busy(busy_s) if busy_s > 0 else None
-    row["busy"] = busy is not None
-    row["create_s"] = timed(create)
-    driver.call("cuMemAddressReserve", ctypes.byref(base), ctypes.c_size_t(count * page), ctypes.c_size_t(page),
-                ctypes.c_ulonglong(0), ctypes.c_ulonglong(0))
-    row["map_s"] = timed(map_all)
-    row["set_access_s"] = timed(set_access)
+    row["create_s"] = timed(pages.create)
+    pages.reserve()
+    row["map_s"] = timed(pages.map_all)
+    row["set_access_s"] = timed(pages.set_access)
     # Not torch.cuda.synchronize(): that would wait for the busy stream too.
     torch.cuda.current_stream().synchronize()
-    if busy is not None and busy.query():
-        row["busy"] = "ran out"  # the kernels ended before the calls did: not a busy measurement
-    row["unmap_each_s"] = timed(unmap_each)
-    map_all()
-    set_access()
-    rc = None
-
-    def unmap_whole():
-        nonlocal rc
-        rc = driver.try_call("cuMemUnmap", base, ctypes.c_size_t(count * page))
-
-    row["unmap_whole_s"] = timed(unmap_whole)
+    row["unmap_each_s"] = timed(pages.unmap_each)
+    pages.map_all()
+    pages.set_access()
+    start = time.perf_counter()
+    rc = pages.unmap_whole()
+    row["unmap_whole_s"] = time.perf_counter() - start
     row["unmap_whole_allowed"] = rc == 0
     if rc != 0:
-        unmap_each()
-    row["release_s"] = timed(lambda: [driver.call("cuMemRelease", handle) for handle in handles])
-    driver.call("cuMemAddressFree", base, ctypes.c_size_t(count * page))
+        pages.unmap_each()
+    row["release_s"] = timed(pages.release)
+    pages.unreserve()
+    # Kernels still queued after the last call ran through all of them; if they ended before,
+    # this was not a busy measurement.
+    row["busy"] = busy is not None
     if busy is not None:
         if busy.query():
             row["busy"] = "ran out"

@@ -1,6 +1,6 @@
 """bench/vmm_costs.py on a machine without CUDA: its options parse, sizes read as the other bench
-scripts read them, and it says plainly that it needs a device (the driver calls run on GPUs only)."""
-import importlib.util
+scripts read them, the pages kept resident go through the driver's calls in order and back, and
+it says plainly that it needs a device (the timed driver calls run on GPUs only)."""
 import pathlib
 import subprocess
 import sys
@@ -8,21 +8,45 @@ import sys
 import pytest
 
 torch = pytest.importorskip("torch")
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "bench" / "vmm_costs.py"
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+import vmm_costs  # noqa: E402
 
-
-def load():
-    spec = importlib.util.spec_from_file_location("vmm_costs", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+SCRIPT = pathlib.Path(vmm_costs.__file__)
 
 
 def test_sizes_parse():
-    vmm_costs = load()
     assert vmm_costs.parse_size("16MiB") == 16 << 20
     assert vmm_costs.parse_size("1.5GiB") == 3 << 29
     assert vmm_costs.parse_size("0") == 0
+
+
+class FakeDriver:
+    """Records each call's name; reserves at 0x1000000."""
+
+    device = 0
+
+    def __init__(self):
+        self.calls = []
+
+    def call(self, name, *args):
+        self.calls.append(name)
+        if name == "cuMemAddressReserve":
+            args[0]._obj.value = 0x1000000
+
+    try_call = call
+
+
+def test_resident_pages_are_mapped_for_the_duration_and_given_back():
+    driver = FakeDriver()
+    with vmm_costs.resident(driver, 2 << 20, 6 << 20) as held:
+        assert held == 3
+        assert driver.calls == ["cuMemCreate"] * 3 + ["cuMemAddressReserve"] + ["cuMemMap"] * 3 + ["cuMemSetAccess"]
+    assert driver.calls[8:] == ["cuMemUnmap"] * 3 + ["cuMemRelease"] * 3 + ["cuMemAddressFree"]
+    # Less than a page: nothing is made.
+    nothing = FakeDriver()
+    with vmm_costs.resident(nothing, 2 << 20, 1 << 20) as held:
+        assert held == 0
+    assert nothing.calls == []
 
 
 def test_the_busy_and_resident_options_exist_and_a_cpu_machine_is_refused():

@@ -2,8 +2,8 @@
 deadlines (the default, as the planner and simulator assume; "deadline-alone" gives a copy
 waited for the link to itself, "deadline-chunked" queues the rest of such a copy in chunks too,
 "deadline-host-waits" has the host wait for its marker instead of gating it, and
-"deadline-host-waits-in" so for copies into the device only) or as issued. Whichever runs is named in the session's backends
-report; the training itself is bit-exact either way."""
+"deadline-host-waits-in" so for copies into the device only) or as issued. Whichever runs is
+named in the session's backends report; the training itself is bit-exact either way."""
 from __future__ import annotations
 
 import pytest
