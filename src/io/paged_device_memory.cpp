@@ -150,6 +150,7 @@ void PagedDeviceMemory::map_into(const std::shared_ptr<Range>& range, DeviceAddr
       range->slot_mapped[range->slot(address, page_)] = true;
       ++range->mapped;
     }
+    const Stopwatch access_timed(stats_.access_s);
     driver_.allow_access(at, got.size() * page_);
   } catch (...) {
     // The pages go back free (with the marks they came with) and what was mapped is unmapped:

@@ -93,6 +93,7 @@ void bind_core(py::module_& m) {
     out["pages_unmapped"] = stats->pages_unmapped;
     out["device_waits"] = stats->device_waits;
     out["map_s"] = stats->map_s;
+    out["access_s"] = stats->access_s;
     out["unmap_s"] = stats->unmap_s;
     out["out_of_memory"] = stats->out_of_memory;
     out["emptied"] = stats->emptied;

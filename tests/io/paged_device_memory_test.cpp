@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "teraio/core/error.hpp"
 #include "teraio/io/paged_device_memory.hpp"
@@ -53,6 +55,7 @@ class FakePageDriver final : public PageDriver {
     EXPECT_EQ(mapped_.erase(address), 1U) << "unmapped twice";
   }
   void allow_access(DeviceAddress address, std::uint64_t bytes) override {
+    std::this_thread::sleep_for(access_delay);
     for (DeviceAddress at = address; at < address + bytes; at += page_)
       EXPECT_TRUE(mapped_.contains(at)) << "access set on an unmapped page";
   }
@@ -87,6 +90,7 @@ class FakePageDriver final : public PageDriver {
 
   std::vector<std::pair<StreamHandle, StreamHandle>> waits;  // (waiting stream, mark's stream)
   int synchronized = 0;
+  std::chrono::milliseconds access_delay{0};  // each allow_access call takes this long
   // The call that many calls from now fails (1: the next one); 0 never.
   int fail_map_in = 0;
   int fail_unmap_in = 0;
@@ -565,6 +569,19 @@ TEST(PagedDeviceMemory, PagesSmallerThanTheSmallestSlabAreRefused) {
     void synchronize() override {}
   } tiny;
   EXPECT_THROW(PagedDeviceMemory memory(tiny), Error);
+}
+
+TEST(PagedDeviceMemory, TheTimeSettingAccessIsCountedApartAndWithinTheMappingTime) {
+  FakePageDriver driver(16);
+  PagedDeviceMemory memory(driver);
+  driver.access_delay = std::chrono::milliseconds(20);
+  void* block = memory.allocate(3 * kPage, kCompute);  // one range mapped, access set once
+  const PagedMemoryStats stats = memory.stats();
+  EXPECT_GE(stats.access_s, 0.020);
+  EXPECT_LT(stats.access_s, 1.0);
+  EXPECT_GE(stats.map_s, stats.access_s);  // map_s holds the access calls too
+  memory.free(block);
+  EXPECT_EQ(memory.stats().access_s, stats.access_s);  // freeing sets no access
 }
 
 }  // namespace

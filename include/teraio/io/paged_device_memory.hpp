@@ -75,6 +75,7 @@ struct PagedMemoryStats {
   std::uint64_t pages_unmapped = 0;
   std::uint64_t device_waits = 0;  // a stream made to wait for another stream's event
   double map_s = 0;                // host time in the driver's reserve, map and access calls
+  double access_s = 0;             // of map_s, in its access calls (W3: which call is slow)
   double unmap_s = 0;              // host time in its unmap and unreserve calls
   std::uint64_t out_of_memory = 0;
   std::uint64_t emptied = 0;  // empty_cache() calls
