@@ -9,21 +9,30 @@ one by one, maps them again and unmaps the whole range in one call (to see wheth
 allows that), and releases them. The driver is reached through ctypes (libcuda.so.1), in the
 primary context PyTorch makes current.
 
-On W3 under TeraIO (session 41, an H200) mapping cost 183-220 µs per 16 MiB page, against 4 µs per
-cuMemMap and 36 µs per page of cuMemSetAccess measured here on an idle H100 (session 25). Two
-conditions of a training step may explain it, and each can be set: --busy keeps the GPU running
-matmuls on a stream of its own while the calls are timed, and --resident maps that many bytes of
-pages elsewhere first, as the allocator holds the rest of the device mapped.
+On W3 under TeraIO (sessions 41-42, an H200) mapping cost 120-220 µs per 16 MiB page, against
+4 µs per cuMemMap and 27-36 µs per page of cuMemSetAccess measured here. Conditions of a training
+step that may explain it can be set: --busy keeps the GPU running matmuls on a stream of its own
+while the calls are timed, and --resident maps that many bytes of pages elsewhere first, as the
+allocator holds the rest of the device mapped (session 42: neither changes the cost). --copying
+CHUNK keeps both copy engines busy as TeraIO's copier does: a thread a direction copies CHUNK
+bytes at a time between pinned host memory and the device, two chunks queued on a stream of its
+own, and looks whether the oldest is done every 5 µs (--copy-wait poll, as the copier's
+dispatchers) or blocks on it (--copy-wait block, no thread in the driver meanwhile). Each row
+also times a driver call that does nothing (cuDriverGetVersion), so that a cost that the
+threads' contention for Python's lock adds shows apart from the driver's.
 
-    python3 bench/vmm_costs.py [--total 8GiB] [--pages 2MiB,32MiB] [--busy] [--resident 64GiB] [--json out.json]
+    python3 bench/vmm_costs.py [--total 8GiB] [--pages 2MiB,32MiB] [--busy] [--resident 64GiB]
+                               [--copying 8MiB [--copy-wait poll|block]] [--json out.json]
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import ctypes
 import json
 import math
+import threading
 import time
 
 import torch
@@ -33,6 +42,8 @@ GIB = 1 << 30
 CU_MEM_ALLOCATION_TYPE_PINNED = 1
 CU_MEM_LOCATION_TYPE_DEVICE = 1
 CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
+CUDA_ERROR_NOT_READY = 600
+PR_SET_TIMERSLACK = 29
 
 
 class Location(ctypes.Structure):
@@ -77,6 +88,93 @@ class Driver:
         return getattr(self.lib, name)(*args)
 
 
+def noop_call_us(driver, calls=2000):
+    """Mean µs of a driver call that does no work: what the host's threads add to every call."""
+    version = ctypes.c_int()
+    start = time.perf_counter()
+    for _ in range(calls):
+        driver.call("cuDriverGetVersion", ctypes.byref(version))
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def wait_for_event(driver, event, wait):
+    """Returns once the device has run past `event`: "block" blocks on it (Python's lock released
+    meanwhile), "poll" asks the driver every 5 µs, as TeraIO's copy lanes ask."""
+    if wait == "block":
+        event.synchronize()
+        return
+    while driver.try_call("cuEventQuery", ctypes.c_void_p(event.cuda_event)) == CUDA_ERROR_NOT_READY:
+        time.sleep(5e-6)
+
+
+class Copying:
+    """While open, copies of `chunk` bytes run both ways between pinned host memory and the device,
+    each way from a thread of its own on a stream of its own with `depth` chunks queued, as TeraIO's
+    copy lanes run them (copy_lane_cuda.cpp: a window of 2, a look every 5 µs with a 1 µs timer
+    slack). wait="poll" looks whether the oldest chunk is done (cuEventQuery) every 5 µs;
+    wait="block" blocks on it. After closing, `gb_per_s` holds each direction's rate while open."""
+
+    WAITS = ("poll", "block")
+
+    def __init__(self, driver, chunk, wait="poll", buffer=256 * MIB, depth=2):
+        if wait not in self.WAITS:
+            raise ValueError(f"copy wait must be one of {self.WAITS}, got {wait!r}")
+        if chunk <= 0 or chunk > buffer:
+            raise ValueError(f"a copy chunk must be 1 byte to {buffer} bytes, got {chunk}")
+        self.driver, self.chunk, self.wait, self.depth = driver, chunk, wait, depth
+        self.count = buffer // chunk
+        self.buffers = {way: (torch.empty(buffer, dtype=torch.uint8, pin_memory=True),
+                              torch.empty(buffer, dtype=torch.uint8, device="cuda"))
+                        for way in ("to_device", "to_host")}
+        self.stop = threading.Event()
+        self.moved = {}
+        self.errors = []
+        self.gb_per_s = {}
+
+    def _feed(self, way, device):
+        try:
+            torch.cuda.set_device(device)
+            if self.wait == "poll":
+                with contextlib.suppress(AttributeError, OSError):  # Linux's; elsewhere the looks are rarer
+                    ctypes.CDLL(None).prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)  # this thread's, as the copier's
+            host, dev = self.buffers[way]
+            source, target = (host, dev) if way == "to_device" else (dev, host)
+            stream, queued, copies = torch.cuda.Stream(), collections.deque(), 0
+            while not self.stop.is_set():
+                at = (copies % self.count) * self.chunk
+                with torch.cuda.stream(stream):
+                    target[at:at + self.chunk].copy_(source[at:at + self.chunk], non_blocking=True)
+                    event = torch.cuda.Event()
+                    event.record(stream)
+                queued.append(event)
+                copies += 1
+                if len(queued) >= self.depth:
+                    wait_for_event(self.driver, queued.popleft(), self.wait)
+            stream.synchronize()
+            self.moved[way] = copies * self.chunk
+        except Exception as e:  # reported by __exit__, on the measuring thread
+            self.errors.append(f"{way}: {e}")
+
+    def __enter__(self):
+        self.threads = [threading.Thread(target=self._feed, args=(way, torch.cuda.current_device()), daemon=True)
+                        for way in self.buffers]
+        self.started = time.perf_counter()
+        for thread in self.threads:
+            thread.start()
+        time.sleep(0.2)  # both ways moving before anything is timed
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for thread in self.threads:
+            thread.join()
+        seconds = time.perf_counter() - self.started
+        if self.errors:
+            raise RuntimeError("copies beside the timed calls failed: " + "; ".join(self.errors))
+        self.gb_per_s = {way: moved / seconds / 1e9 for way, moved in self.moved.items()}
+        return False
+
+
 def timed(function):
     start = time.perf_counter()
     function()
@@ -116,6 +214,11 @@ class Pages:
     def set_access(self):
         self.driver.call("cuMemSetAccess", self.base, ctypes.c_size_t(self.count * self.page),
                          ctypes.byref(self.access), ctypes.c_size_t(1))
+
+    def set_access_each(self):
+        for i in range(self.count):
+            self.driver.call("cuMemSetAccess", self.address(i), ctypes.c_size_t(self.page), ctypes.byref(self.access),
+                             ctypes.c_size_t(1))
 
     def unmap_each(self):
         for i in range(self.count):
@@ -177,6 +280,7 @@ def measure(driver, page, total, busy_s=0.0):
     count = pages.count
     row = {"page_bytes": page, "pages": count, "total_bytes": count * page}
     busy = keep_busy(busy_s) if busy_s > 0 else None
+    row["noop_call_us"] = noop_call_us(driver)
     row["create_s"] = timed(pages.create)
     pages.reserve()
     row["map_s"] = timed(pages.map_all)
@@ -192,6 +296,10 @@ def measure(driver, page, total, busy_s=0.0):
     row["unmap_whole_allowed"] = rc == 0
     if rc != 0:
         pages.unmap_each()
+    # Access set page by page: whether the driver charges per call or per page mapped.
+    pages.map_all()
+    row["set_access_each_s"] = timed(pages.set_access_each)
+    pages.unmap_each()
     row["release_s"] = timed(pages.release)
     pages.unreserve()
     # Kernels still queued after the last call ran through all of them; if they ended before,
@@ -201,10 +309,18 @@ def measure(driver, page, total, busy_s=0.0):
         if busy.query():
             row["busy"] = "ran out"
         busy.synchronize()
-    for key in ("create", "map", "unmap_each", "release"):
+    for key in ("create", "map", "set_access", "set_access_each", "unmap_each", "release"):
         row[f"{key}_us_per_page"] = row[f"{key}_s"] / count * 1e6
         row[f"{key}_s_per_gib"] = row[f"{key}_s"] / (count * page / GIB)
     return row
+
+
+def describe_copying(copying):
+    """The copies beside a row's calls in words: chunk, wait and each way's rate; "no" without."""
+    if not isinstance(copying, Copying):
+        return "no"
+    rates = "/".join(f"{copying.gb_per_s.get(way, 0):.1f}" for way in ("to_device", "to_host"))
+    return f"{copying.chunk / MIB:g} MiB chunks, {copying.wait}, {rates} GB/s in/out"
 
 
 def main():
@@ -215,9 +331,15 @@ def main():
                    help="time the calls while matmuls run on a stream of their own (about 5 s of them a page size)")
     p.add_argument("--resident", default="0",
                    help="bytes of pages (of each size measured) to create and map elsewhere first (default none)")
+    p.add_argument("--copying", default="0",
+                   help="time the calls while copies of this many bytes run both ways, host and device "
+                        "(as TeraIO's copier: 8MiB; default none)")
+    p.add_argument("--copy-wait", choices=Copying.WAITS, default="poll",
+                   help="how the copying threads wait for their chunks: poll every 5 µs, as TeraIO's "
+                        "dispatchers do, or block (default %(default)s)")
     p.add_argument("--json", help="write the rows here too")
     args = p.parse_args()
-    total, resident_bytes = parse_size(args.total), parse_size(args.resident)
+    total, resident_bytes, chunk = parse_size(args.total), parse_size(args.resident), parse_size(args.copying)
     pages = [parse_size(size) for size in args.pages.split(",")]
     if not torch.cuda.is_available():
         raise SystemExit("vmm_costs.py needs a CUDA device")
@@ -226,19 +348,23 @@ def main():
     rows = []
     for page in pages:
         with resident(driver, page, resident_bytes) as held:
-            rows.append(measure(driver, page, total, busy_s=5.0 if args.busy else 0.0))
-            rows[-1]["resident_pages"] = held
+            copying = Copying(driver, chunk, args.copy_wait) if chunk else contextlib.nullcontext()
+            with copying:
+                rows.append(measure(driver, page, total, busy_s=5.0 if args.busy else 0.0))
+            rows[-1].update(resident_pages=held, copying=describe_copying(copying))
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print("| page | pages | GPU busy | pages mapped elsewhere | create (µs/page) | map (µs/page) | map (s/GiB) | "
-          "set access, whole range (s) | unmap one by one (µs/page) | unmap (s/GiB) | one unmap for the range | "
-          "release (µs/page) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| page | pages | GPU busy | pages mapped elsewhere | copies both ways | a no-op driver call (µs) | "
+          "create (µs/page) | map (µs/page) | map (s/GiB) | "
+          "set access, whole range (s) | set access, whole range (µs/page) | set access page by page (µs/page) | "
+          "unmap one by one (µs/page) | unmap (s/GiB) | one unmap for the range | release (µs/page) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         whole = f"{r['unmap_whole_s'] * 1e3:.1f} ms" if r["unmap_whole_allowed"] else "refused"
         busy = {True: "yes", False: "no"}.get(r["busy"], r["busy"])
-        print(f"| {r['page_bytes'] // MIB} MiB | {r['pages']} | {busy} | {r['resident_pages']} | "
-              f"{r['create_us_per_page']:.1f} | "
+        print(f"| {r['page_bytes'] // MIB} MiB | {r['pages']} | {busy} | {r['resident_pages']} | {r['copying']} | "
+              f"{r['noop_call_us']:.2f} | {r['create_us_per_page']:.1f} | "
               f"{r['map_us_per_page']:.1f} | {r['map_s_per_gib']:.4f} | {r['set_access_s']:.4f} | "
+              f"{r['set_access_us_per_page']:.1f} | {r['set_access_each_us_per_page']:.1f} | "
               f"{r['unmap_each_us_per_page']:.1f} | {r['unmap_each_s_per_gib']:.4f} | {whole} | "
               f"{r['release_us_per_page']:.1f} |")
     if args.json:

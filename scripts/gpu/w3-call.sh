@@ -32,6 +32,9 @@
 #   EXACT=1                           then the exact suite's CUDA cases
 #   VMM=1                             then bench/vmm_costs.py at 16 MiB pages: idle, with the GPU busy,
 #                                     with 64 GiB mapped elsewhere, and both (session 41; about 40 s)
+#   VMM=copying                       instead: idle, then with copies both ways in 8 MiB chunks whose
+#                                     threads block, the same polling (as TeraIO's copier), and polling
+#                                     copies of 2 and 32 MiB (session 42; about 60 s)
 # Run from the repository root; carry .deps.
 set -uo pipefail
 start=$SECONDS
@@ -65,7 +68,12 @@ fi
 if [ -n "${VMM:-}" ]; then
   # Whether W3's 183-220 µs a mapped page (session 41) is the H200's price, or the price while
   # kernels run or with the device mapped full: one table, a row per condition.
-  for condition in "" "--busy" "--resident 64GiB" "--busy --resident 64GiB"; do
+  conditions=("" "--busy" "--resident 64GiB" "--busy --resident 64GiB")
+  # Whether the copy engines busy both ways, or the copier's threads polling the driver, make
+  # W3's 120-210 µs a page (session 42: neither --busy nor --resident does).
+  [ "$VMM" = copying ] && conditions=("" "--copying 8MiB --copy-wait block" "--copying 8MiB"
+    "--copying 2MiB" "--copying 32MiB")
+  for condition in "${conditions[@]}"; do
     # shellcheck disable=SC2086  # the condition is a list of options
     timeout 120 python3 bench/vmm_costs.py --total 4GiB --pages 16MiB $condition 2>&1 |
       { if [ -z "$condition" ]; then cat; else tail -n 1; fi; }

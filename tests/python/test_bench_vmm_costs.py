@@ -1,6 +1,7 @@
 """bench/vmm_costs.py on a machine without CUDA: its options parse, sizes read as the other bench
-scripts read them, the pages kept resident go through the driver's calls in order and back, and
-it says plainly that it needs a device (the timed driver calls run on GPUs only)."""
+scripts read them, the pages kept resident go through the driver's calls in order and back, the
+copying threads' waits return only once their event has passed and bad copy options are refused,
+and it says plainly that it needs a device (the timed driver calls run on GPUs only)."""
 import pathlib
 import subprocess
 import sys
@@ -49,11 +50,84 @@ def test_resident_pages_are_mapped_for_the_duration_and_given_back():
     assert nothing.calls == []
 
 
-def test_the_busy_and_resident_options_exist_and_a_cpu_machine_is_refused():
+class PendingEvent:
+    """An event the fake driver reports not ready `pending` times, then done."""
+
+    cuda_event = 0x1234
+
+    def __init__(self, pending):
+        self.pending = pending
+        self.synchronized = False
+
+    def synchronize(self):
+        self.synchronized = True
+
+
+class QueryDriver:
+    def __init__(self, event):
+        self.event, self.queries = event, 0
+
+    def try_call(self, name, handle):
+        assert name == "cuEventQuery" and handle.value == PendingEvent.cuda_event
+        self.queries += 1
+        if self.event.pending > 0:
+            self.event.pending -= 1
+            return vmm_costs.CUDA_ERROR_NOT_READY
+        return 0
+
+
+def test_a_polled_wait_asks_until_the_event_has_passed_and_a_blocking_one_blocks():
+    event = PendingEvent(pending=3)
+    driver = QueryDriver(event)
+    vmm_costs.wait_for_event(driver, event, "poll")
+    assert driver.queries == 4 and not event.synchronized
+    blocked = PendingEvent(pending=3)
+    vmm_costs.wait_for_event(QueryDriver(blocked), blocked, "block")
+    assert blocked.synchronized
+
+
+def test_bad_copy_options_are_refused_and_no_copies_read_no():
+    with pytest.raises(ValueError, match="copy wait"):
+        vmm_costs.Copying(FakeDriver(), 8 << 20, wait="spin")
+    with pytest.raises(ValueError, match="copy chunk"):
+        vmm_costs.Copying(FakeDriver(), 512 << 20)
+    assert vmm_costs.describe_copying(vmm_costs.contextlib.nullcontext()) == "no"
+
+
+def test_the_busy_resident_and_copying_options_exist_and_a_cpu_machine_is_refused():
     shown = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
-    assert shown.returncode == 0 and "--busy" in shown.stdout and "--resident" in shown.stdout
+    assert shown.returncode == 0
+    assert all(option in shown.stdout for option in ("--busy", "--resident", "--copying", "--copy-wait"))
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: the refusal is for machines without one")
-    run = subprocess.run([sys.executable, str(SCRIPT), "--busy", "--resident", "1GiB", "--pages", "16MiB"],
+    run = subprocess.run([sys.executable, str(SCRIPT), "--busy", "--resident", "1GiB", "--pages", "16MiB",
+                          "--copying", "8MiB", "--copy-wait", "block"],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode != 0 and "needs a CUDA device" in run.stderr
+
+
+def test_a_measurement_maps_sets_access_both_ways_and_gives_everything_back(monkeypatch):
+    class Stream:
+        def synchronize(self):
+            pass
+
+    class Allowing(FakeDriver):
+        def try_call(self, name, *args):  # the whole range's unmap allowed, as on the H100 and H200
+            self.call(name, *args)
+            return 0
+
+    monkeypatch.setattr(vmm_costs.torch.cuda, "current_stream", lambda: Stream())
+    driver = Allowing()
+    row = vmm_costs.measure(driver, 2 << 20, 6 << 20)
+    calls = driver.calls
+    # Access once over the range twice, then page by page; every page mapped is unmapped.
+    assert calls.count("cuMemSetAccess") == 1 + 1 + 3
+    assert calls.count("cuMemMap") == 3 * 3
+    assert calls.count("cuMemUnmap") == 3 + 1 + 3  # one by one, the whole range at once, one by one
+    assert calls[-1] == "cuMemAddressFree" and calls.count("cuMemRelease") == 3
+    last_map = len(calls) - 1 - calls[::-1].index("cuMemMap")
+    assert calls[last_map + 1:last_map + 4] == ["cuMemSetAccess"] * 3
+    for key in ("noop_call_us", "map_us_per_page", "set_access_us_per_page", "set_access_each_us_per_page",
+                "unmap_each_us_per_page", "release_us_per_page"):
+        assert row[key] >= 0
+    assert row["pages"] == 3 and row["busy"] is False
