@@ -165,6 +165,9 @@ def parse_args(argv):
                         "(deadline-chunked), by deadline with the host waiting for a copy's marker instead of "
                         "gating it (deadline-host-waits), so for copies into the device only "
                         "(deadline-host-waits-in), or as issued")
+    p.add_argument("--copy-chunk", default=None,
+                   help="TeraIO modes: Session(copy_chunk=...): the piece the deadline orders queue at a time "
+                        "(256KiB to 256MiB, a multiple of 4 KiB; default TeraIO's, 8MiB)")
     p.add_argument("--recast-weights", choices=("on", "off"), default="on",
                    help="TeraIO and recast modes: Session(recast_weights=...): make autocast's bf16 copies of the "
                         "weights again in the backward pass instead of keeping them from the forward (teraio.recast; "
@@ -281,6 +284,11 @@ def parse_args(argv):
             parse_duration(args.plan_latency)
     except ValueError as error:
         p.error(str(error))
+    if args.copy_chunk is not None:
+        try:
+            parse_size(args.copy_chunk)
+        except ValueError as error:
+            p.error(str(error))
     if any(m.startswith("teraio") for m in args.mode_list) and args.budget is None and args.teraio_budget is None:
         p.error("TeraIO modes need --budget (gpu_budget = budget - reserve) or --teraio-budget")
     if args.allocator == "paged" and (args.flush_sizes or args.alloc_conf):
@@ -390,7 +398,7 @@ def open_session(args, mode, device):
     return teraio.Session(gpu_budget=teraio_gpu_budget(args), host_budget=host, ssd=ssd,
                           ssd_capacity=args.ssd_capacity, warmup_steps=1, profile_steps=args.profile_steps,
                           device=device, record_releases=args.release_tracking == "on",
-                          copy_order=args.copy_order, recast_weights=args.recast_weights == "on",
+                          copy_order=args.copy_order, copy_chunk=args.copy_chunk, recast_weights=args.recast_weights == "on",
                           recast_activations=args.recast_activations == "on", keep_copies=args.keep_copies == "on",
                           retime_steps=args.retime, stall_rounds=args.stall_rounds,
                           early_prefetch_lead=args.early_prefetch_lead,

@@ -24,6 +24,8 @@
 #                                     profhostwaitsin = hostwaitsin with --gpu-profile (session 41)
 #                                     freezein = hostwaitsin with --gc-freeze on, freezenosync = nosync
 #                                     with --gc-freeze on (session 41; IDEAL_ARGS may add it too)
+#                                     freezein2m, freezein4m = freezein with --copy-chunk 2MiB, 4MiB
+#                                     (session 42: the lanes' pieces, against the mapping's cost)
 #   NOSIM=1                           device_stalls.py without the simulated step (saves 1-2 min a run)
 #   IDEAL=1                           before the runs, measure W3's ideal here (2 and 4 layers,
 #                                     checked at 3; about 100 s), for shares of a same-machine ideal
@@ -100,6 +102,8 @@ for run in ${RUNS:-}; do
     profhostwaitsin) extra=(--gpu-profile --host-syncs off --copy-order deadline-host-waits-in) ;;
     freezein) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on) ;;
     freezenosync) extra=(--host-syncs off --gc-freeze on) ;;
+    freezein2m) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --copy-chunk 2MiB) ;;
+    freezein4m) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --copy-chunk 4MiB) ;;
     *) extra=() ;;
   esac
   LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \

@@ -61,7 +61,8 @@ CopyLane::CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> e
       events_(std::move(events)),
       stream_(device),
       side_(device),
-      options_(options) {
+      options_(options),
+      schedule_(options.chunk_bytes) {
   dispatcher_ = std::thread([this] {
     name_this_thread(kind_ == cudaMemcpyDeviceToHost ? "teraio-lane-d2h" : "teraio-lane-h2d");
     run();
@@ -205,7 +206,8 @@ void CopyLane::submit_rest(const CopySchedule::Chunk& rest, cudaStream_t stream,
   std::size_t offset = rest.offset;
   const std::size_t end = rest.offset + rest.bytes;
   do {
-    const std::size_t piece = options_.chunked_rests ? std::min(kChunkBytes, end - offset) : end - offset;
+    const std::size_t piece =
+        options_.chunked_rests ? std::min(options_.chunk_bytes, end - offset) : end - offset;
     submit(CopySchedule::Chunk{rest.id, offset, piece, offset + piece == end && rest.last}, stream, queued);
     queued.back().marker = marker;
     offset += piece;

@@ -38,8 +38,7 @@ namespace teraio::io::cuda_detail {
 
 class CopyLane : public std::enable_shared_from_this<CopyLane> {
  public:
-  static constexpr std::size_t kChunkBytes = 8ull << 20;  // ~160 us at 50 GB/s
-  static constexpr std::size_t kWindow = 2;               // chunks queued on the stream at once
+  static constexpr std::size_t kWindow = 2;  // chunks queued on the stream at once
 
   // How copies waited for are served (CopyOrder): the lane held while one moves on the side
   // stream (kDeadlineAlone), rests queued in chunks (kDeadlineChunked), or the host waiting for
@@ -49,6 +48,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
     bool side_first = false;
     bool chunked_rests = false;
     bool host_waits = false;
+    std::size_t chunk_bytes = kDefaultLaneChunkBytes;  // checked by make_cuda_copier
   };
   CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events, Options options);
   // Runs every copy still scheduled (its compute-stream waits pass as the device works), then
@@ -100,7 +100,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   void submit(const CopySchedule::Chunk& chunk, cudaStream_t stream, std::deque<Queued>& queued);
   void submit(const CopySchedule::Chunk& chunk) { submit(chunk, stream_.get(), queued_); }
   // Queues the rest of a copy waited for (flush_for) on `stream`: as one piece, or in chunks of
-  // kChunkBytes with options_.chunked_rests; each piece on the side stream keeps the copy's marker.
+  // options_.chunk_bytes with options_.chunked_rests; each piece on the side stream keeps the copy's marker.
   void submit_rest(const CopySchedule::Chunk& rest, cudaStream_t stream, std::deque<Queued>& queued,
                    std::uint64_t marker);
   // Retires the completed front of one queue (each completes in its stream's order).
@@ -129,7 +129,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   std::mutex mutex_;
   std::condition_variable work_;      // the dispatcher: a copy arrived or the lane stops
   std::condition_variable progress_;  // waiters: a copy completed
-  CopySchedule schedule_{kChunkBytes};
+  CopySchedule schedule_;
   std::unordered_map<CopySchedule::Id, std::shared_ptr<Copy>> scheduled_;
   std::deque<Queued> queued_;
   std::deque<Queued> side_queued_;                             // on side_: outside the window

@@ -52,9 +52,10 @@ class CudaCopyEvent final : public CopyEvent {
 
 class CudaCopier final : public DeviceCopier {
  public:
-  CudaCopier(int device, CopyOrder order)
+  CudaCopier(int device, CopyOrder order, std::size_t chunk_bytes)
       : device_(device),
         order_(order),
+        chunk_bytes_(chunk_bytes),
         events_(std::make_shared<EventPool>(device)),
         to_host_(device),
         to_device_(device) {
@@ -64,9 +65,9 @@ class CudaCopier final : public DeviceCopier {
     const bool host_waits_out = order == CopyOrder::kDeadlineHostWaits;
     const bool host_waits_in = host_waits_out || order == CopyOrder::kDeadlineHostWaitsIn;
     lanes_[0] = std::make_shared<CopyLane>(device, cudaMemcpyDeviceToHost, events_,
-                                           CopyLane::Options{alone, chunked, host_waits_out});
+                                           CopyLane::Options{alone, chunked, host_waits_out, chunk_bytes});
     lanes_[1] = std::make_shared<CopyLane>(device, cudaMemcpyHostToDevice, events_,
-                                           CopyLane::Options{alone, chunked, host_waits_in});
+                                           CopyLane::Options{alone, chunked, host_waits_in, chunk_bytes});
   }
 
   std::string name() const override { return cat("cuda:", device_); }
@@ -85,7 +86,7 @@ class CudaCopier final : public DeviceCopier {
     const std::string to_host = lanes_[0]->polling_slack().describe();
     const std::string to_device = lanes_[1]->polling_slack().describe();
     return cat(
-        to_string(order_), " order (", format_bytes(CopyLane::kChunkBytes), " chunks; copies waited for ",
+        to_string(order_), " order (", format_bytes(chunk_bytes_), " chunks; copies waited for ",
         order_ == CopyOrder::kDeadlineAlone ? "alone on" : "sharing", " the link",
         order_ == CopyOrder::kDeadlineChunked ? ", their rests in chunks too" : "",
         order_ == CopyOrder::kDeadlineHostWaits ? ", the host waiting for their markers" : "",
@@ -183,6 +184,7 @@ class CudaCopier final : public DeviceCopier {
 
   int device_;
   const CopyOrder order_;
+  const std::size_t chunk_bytes_;  // the lanes' piece (deadline orders)
   std::shared_ptr<EventPool> events_;
   Stream to_host_;
   Stream to_device_;
@@ -227,13 +229,14 @@ CudaInventory cuda_inventory() {
   return inventory;
 }
 
-std::unique_ptr<DeviceCopier> make_cuda_copier(int device, CopyOrder order) {
+std::unique_ptr<DeviceCopier> make_cuda_copier(int device, CopyOrder order, std::size_t chunk_bytes) {
+  checked_lane_chunk(chunk_bytes);
   int count = 0;
   check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
   if (device < 0 || device >= count) {
     throw Error(ErrorKind::kCuda, cat("CUDA device ", device, " does not exist (", count, " visible)"));
   }
-  return std::make_unique<CudaCopier>(device, order);
+  return std::make_unique<CudaCopier>(device, order, chunk_bytes);
 }
 
 }  // namespace teraio::io

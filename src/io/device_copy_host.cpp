@@ -77,6 +77,15 @@ CopyOrder parse_copy_order(std::string_view text) {
                   "deadline-host-waits-in)"));
 }
 
+std::size_t checked_lane_chunk(std::size_t bytes) {
+  if (bytes < kSmallestLaneChunkBytes || bytes > kLargestLaneChunkBytes || bytes % 4096 != 0)
+    throw Error(
+        ErrorKind::kInvalidArgument,
+        cat("a copy lane's chunk must be a multiple of 4 KiB from ", format_bytes(kSmallestLaneChunkBytes),
+            " to ", format_bytes(kLargestLaneChunkBytes), ", got ", bytes, " bytes"));
+  return bytes;
+}
+
 std::unique_ptr<DeviceCopier> make_host_copier() {
   return std::make_unique<HostCopier>();
 }

@@ -12,7 +12,7 @@ CudaInventory cuda_inventory() {
   return {{}, "CUDA not compiled in"};
 }
 
-std::unique_ptr<DeviceCopier> make_cuda_copier(int, CopyOrder) {
+std::unique_ptr<DeviceCopier> make_cuda_copier(int, CopyOrder, std::size_t) {
   throw Error(ErrorKind::kUnsupported,
               "this TeraIO build has no CUDA support (configure with the CUDA toolkit present)");
 }

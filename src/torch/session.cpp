@@ -33,12 +33,14 @@ c10::Device parse_device(const std::string& text) {
   }
 }
 
-std::unique_ptr<io::DeviceCopier> make_copier(c10::Device device, io::CopyOrder order) {
+std::unique_ptr<io::DeviceCopier> make_copier(c10::Device device, io::CopyOrder order,
+                                              std::size_t chunk_bytes) {
   if (device.is_cpu()) return io::make_host_copier();
 #ifdef TERAIO_TORCH_CUDA
-  return io::make_cuda_copier(device.index(), order);
+  return io::make_cuda_copier(device.index(), order, chunk_bytes);
 #else
   static_cast<void>(order);
+  static_cast<void>(chunk_bytes);
   throw Error(ErrorKind::kUnsupported, "this TeraIO build has no CUDA support (built against a CPU torch)");
 #endif
 }
@@ -105,7 +107,7 @@ Session::Session(SessionConfig config)
                 cat("plan_margin (", format_bytes(*config_.plan_margin),
                     ") must be below the budget tracked tensors get (", format_bytes(tracked), ")"));
   }
-  copier_ = make_copier(device_, config_.copy_order);
+  copier_ = make_copier(device_, config_.copy_order, config_.copy_chunk_bytes);
   io::EngineConfig engine;
   engine.host_capacity = config_.host_budget;
   engine.ssd_paths = config_.ssd_paths;

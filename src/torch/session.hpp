@@ -129,6 +129,8 @@ struct SessionConfig {
   // each does): by the plan's deadlines as the simulator assumes (the default), one of the
   // deadline variants for copies waited for, or as issued. What ran is in the backends report.
   io::CopyOrder copy_order = io::CopyOrder::kDeadline;
+  // The piece its deadline-order lanes queue at a time (io::checked_lane_chunk).
+  std::size_t copy_chunk_bytes = io::kDefaultLaneChunkBytes;
   // Called (from the failing operator's thread) when a storage-engine error first hits a step,
   // so that the binding can stop the training code at its next Python statement.
   std::function<void()> on_failure;

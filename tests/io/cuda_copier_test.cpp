@@ -463,6 +463,39 @@ TEST(CudaCopier, AnAbandonedCopyCompletesWithoutItsUnstartedBytes) {
   }
 }
 
+// The lanes' piece is a choice within bounds: a piece under 256 KiB would cost the dispatcher a
+// look every 5 µs per piece, one over 256 MiB would keep an urgent copy waiting ~5 ms.
+TEST(CudaCopier, LaneChunksAreAChoiceWithinBounds) {
+  EXPECT_EQ(checked_lane_chunk(kDefaultLaneChunkBytes), std::size_t{8} << 20);
+  EXPECT_EQ(checked_lane_chunk(256 * 1024), std::size_t{256} << 10);
+  EXPECT_EQ(checked_lane_chunk(256 * kMiB), 256 * kMiB);
+  EXPECT_EQ(checked_lane_chunk(2 * kMiB + 4096), 2 * kMiB + 4096);
+  for (const std::size_t bad : {std::size_t{0}, std::size_t{128} << 10, 256 * kMiB + 4096, kMiB + 1})
+    EXPECT_THROW(checked_lane_chunk(bad), Error) << bad;
+  EXPECT_THROW(make_cuda_copier(0, CopyOrder::kDeadline, 1000), Error);  // refused before any device
+}
+
+// A lane with 2 MiB pieces moves a 64 MiB copy in 32 of them, exactly, and says so.
+TEST(CudaCopier, ALaneMovesCopiesInTheChunksItWasGiven) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  constexpr std::size_t n = 64 * kMiB;
+  auto copier = make_cuda_copier(0, CopyOrder::kDeadline, 2 * kMiB);
+  EXPECT_NE(copier->order().find("(2.0 MiB chunks;"), std::string::npos) << copier->order();
+  PinnedBuffer source(*copier, n);
+  PinnedBuffer out(*copier, n);
+  DeviceBuffer device(*copier, n);
+  for (std::size_t i = 0; i < n; ++i)
+    static_cast<unsigned char*>(source.data())[i] = static_cast<unsigned char>(i * 7);
+  static_cast<void>(copier->take_link_activity());
+  copier->to_device(device.data(), source.data(), n)->wait();
+  copier->to_host(out.data(), device.data(), n)->wait();
+  const std::optional<LinkActivities> link = copier->take_link_activity();
+  ASSERT_TRUE(link.has_value());
+  EXPECT_EQ(link->to_device.chunks, n / (2 * kMiB));
+  EXPECT_EQ(link->to_host.chunks, n / (2 * kMiB));
+  EXPECT_EQ(std::memcmp(source.data(), out.data(), n), 0);
+}
+
 TEST(CudaCopier, CopyOrdersParseAndPrint) {
   EXPECT_EQ(parse_copy_order("deadline"), CopyOrder::kDeadline);
   EXPECT_EQ(parse_copy_order("issue"), CopyOrder::kIssue);

@@ -168,6 +168,7 @@ def test_a_bad_plan_latency_is_refused(tmp_path, time, says):
     ("--plan-latency", "soon", "time 'soon': "),
     ("--plan-margin", "wide", "wide"),
     ("--min-migration-share", "1", "--min-migration-share must be in [0, 1)"),
+    ("--copy-chunk", "big", "big"),
 ])
 def test_a_bad_link_model_is_refused(tmp_path, option, value, says):
     done = run_bench("--workload", "tiny", "--modes", "teraio-ssd", option, value, "--out", str(tmp_path))
@@ -503,3 +504,13 @@ def test_a_step_line_says_what_was_positioned_and_evicted(capsys):
     train_llm.print_step(types.SimpleNamespace(workload="W3"), "teraio-recompute", record, 4)
     out = capsys.readouterr().out
     assert "positioned" not in out and "evictions" not in out
+
+
+def test_copy_chunk_reaches_the_session_which_refuses_one_out_of_bounds(tmp_path, swap_dir):
+    # The CPU's host copier has no lanes; the bound is TeraIO's, said in the mode's row.
+    done = run_bench("--workload", "tiny", "--modes", "teraio-ssd", "--steps", "2", "--teraio-budget", "1MiB",
+                     "--ssd-dir", str(swap_dir), "--ssd-capacity", "64MiB", "--copy-chunk", "1KiB",
+                     "--out", str(tmp_path))
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    entry = json.loads((tmp_path / "tiny-nocap.json").read_text())["modes"]["teraio-ssd"]
+    assert "a copy lane's chunk must be a multiple of 4 KiB" in entry["status"], entry["status"]

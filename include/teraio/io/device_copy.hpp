@@ -63,6 +63,16 @@ std::string_view to_string(CopyOrder order);
 // "deadline-host-waits-in"; throws Error{kInvalidArgument} for anything else.
 CopyOrder parse_copy_order(std::string_view text);
 
+// The piece a deadline-order lane queues at a time (about 160 µs at 50 GB/s): a more urgent copy
+// overtakes within one piece. A choice (make_cuda_copier) because the paged allocator's mappings
+// cost 4-6 times more under W3's copies than idle (session 42), which the piece's length may set.
+inline constexpr std::size_t kDefaultLaneChunkBytes = std::size_t{8} << 20;
+inline constexpr std::size_t kSmallestLaneChunkBytes = std::size_t{256} << 10;
+inline constexpr std::size_t kLargestLaneChunkBytes = std::size_t{256} << 20;
+// Returns `bytes` if a lane may use it (a multiple of 4 KiB from kSmallestLaneChunkBytes to
+// kLargestLaneChunkBytes); throws Error{kInvalidArgument} otherwise.
+std::size_t checked_lane_chunk(std::size_t bytes);
+
 // Where a copy stood when a stream was made to wait for it (CopyEvent::block_stream): done
 // (nothing to wait for; the host copier's copies always are), all of it already on a stream,
 // its rest queued on the lane's stream then (its compute marker had passed), or its rest queued
@@ -177,7 +187,9 @@ class DeviceCopier {
 
 std::unique_ptr<DeviceCopier> make_host_copier();
 // Throws Error{kUnsupported} in a build without CUDA, Error{kCuda} when the device is absent.
-std::unique_ptr<DeviceCopier> make_cuda_copier(int device, CopyOrder order = CopyOrder::kDeadline);
+// `chunk_bytes` (checked_lane_chunk) is the deadline-order lanes' piece; issue order ignores it.
+std::unique_ptr<DeviceCopier> make_cuda_copier(int device, CopyOrder order = CopyOrder::kDeadline,
+                                               std::size_t chunk_bytes = kDefaultLaneChunkBytes);
 bool cuda_compiled_in();
 
 // What the CUDA runtime sees, for `teraio doctor` and test skips: one line per device
