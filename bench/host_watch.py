@@ -21,7 +21,7 @@ ALLOCATOR_COUNTERS = {"num_alloc_retries": "alloc_retries", "num_device_alloc": 
 # teraio.paged's counters, where the paged allocator replaces the caching one (prefixed "paged_").
 PAGED_COUNTERS = ("allocations", "reused", "split_blocks", "joined_blocks", "grown_blocks", "mapped_blocks",
                   "pages_mapped", "pages_unmapped", "taken_blocks", "device_waits", "map_s", "access_s",
-                  "unmap_s")
+                  "unmap_s", "slow_maps", "slow_map_s", "slow_unmaps", "slow_unmap_s")
 
 
 class HostWatch:
@@ -99,4 +99,6 @@ def describe_paged(counts):
             f"{counts['paged_mapped_blocks']:g} mapped ({counts['paged_pages_mapped']:g} pages, "
             f"{counts['paged_pages_unmapped']:g} unmapped), {counts['paged_taken_blocks']:g} freed blocks' pages taken, "
             f"{counts['paged_device_waits']:g} device-side waits, {counts['paged_map_s']:.3f} s mapping "
-            f"({counts['paged_access_s']:.3f} s of it setting access) and {counts['paged_unmap_s']:.3f} s unmapping")
+            f"({counts['paged_access_s']:.3f} s of it setting access) and {counts['paged_unmap_s']:.3f} s unmapping, "
+            f"{counts['paged_slow_maps']:g} mappings over 10 ms ({counts['paged_slow_map_s']:.3f} s) and "
+            f"{counts['paged_slow_unmaps']:g} unmappings ({counts['paged_slow_unmap_s']:.3f} s)")

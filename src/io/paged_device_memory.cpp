@@ -12,16 +12,27 @@
 namespace teraio::io {
 namespace {
 
-// Adds the seconds from its construction to its end to `total`.
+// Adds the seconds from its construction to its end to `total`; where given, a stretch longer
+// than kSlowDriverStretch is also counted in `slow` and its seconds added to `slow_total`.
 class Stopwatch {
  public:
-  explicit Stopwatch(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
-  ~Stopwatch() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  explicit Stopwatch(double& total, std::uint64_t* slow = nullptr, double* slow_total = nullptr)
+      : total_(total), slow_(slow), slow_total_(slow_total), start_(std::chrono::steady_clock::now()) {}
+  ~Stopwatch() {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    total_ += s;
+    if (slow_ != nullptr && s > kSlowDriverStretch) {
+      ++*slow_;
+      *slow_total_ += s;
+    }
+  }
   Stopwatch(const Stopwatch&) = delete;
   Stopwatch& operator=(const Stopwatch&) = delete;
 
  private:
   double& total_;
+  std::uint64_t* slow_;
+  double* slow_total_;
   std::chrono::steady_clock::time_point start_;
 };
 
@@ -143,7 +154,7 @@ void PagedDeviceMemory::map_into(const std::shared_ptr<Range>& range, DeviceAddr
                                  std::vector<FreePage>& got) {
   std::uint64_t mapped = 0;
   try {
-    const Stopwatch timed(stats_.map_s);
+    const Stopwatch timed(stats_.map_s, &stats_.slow_maps, &stats_.slow_map_s);
     for (; mapped < got.size(); ++mapped) {
       const DeviceAddress address = at + mapped * page_;
       driver_.map(address, got[mapped].page);
@@ -422,7 +433,7 @@ bool PagedDeviceMemory::all_passed(Marks& marks) {
 void PagedDeviceMemory::unmap(Range& range, DeviceAddress& address, std::uint64_t& pages) {
   // Progress is recorded page by page, so that a driver call failing part-way is not repeated
   // on pages already unmapped; a range whose unreserve failed is unreserved by a later call.
-  const Stopwatch timed(stats_.unmap_s);
+  const Stopwatch timed(stats_.unmap_s, &stats_.slow_unmaps, &stats_.slow_unmap_s);
   for (; pages > 0; --pages, address += page_) {
     driver_.unmap(address);
     range.slot_mapped[range.slot(address, page_)] = false;

@@ -95,6 +95,10 @@ void bind_core(py::module_& m) {
     out["map_s"] = stats->map_s;
     out["access_s"] = stats->access_s;
     out["unmap_s"] = stats->unmap_s;
+    out["slow_maps"] = stats->slow_maps;
+    out["slow_map_s"] = stats->slow_map_s;
+    out["slow_unmaps"] = stats->slow_unmaps;
+    out["slow_unmap_s"] = stats->slow_unmap_s;
     out["out_of_memory"] = stats->out_of_memory;
     out["emptied"] = stats->emptied;
     return out;

@@ -51,6 +51,7 @@ class FakePageDriver final : public PageDriver {
     mapped_[address] = page;
   }
   void unmap(DeviceAddress address) override {
+    std::this_thread::sleep_for(unmap_delay);
     fail_if(fail_unmap_in);
     EXPECT_EQ(mapped_.erase(address), 1U) << "unmapped twice";
   }
@@ -91,6 +92,7 @@ class FakePageDriver final : public PageDriver {
   std::vector<std::pair<StreamHandle, StreamHandle>> waits;  // (waiting stream, mark's stream)
   int synchronized = 0;
   std::chrono::milliseconds access_delay{0};  // each allow_access call takes this long
+  std::chrono::milliseconds unmap_delay{0};   // and each unmap call
   // The call that many calls from now fails (1: the next one); 0 never.
   int fail_map_in = 0;
   int fail_unmap_in = 0;
@@ -582,6 +584,30 @@ TEST(PagedDeviceMemory, TheTimeSettingAccessIsCountedApartAndWithinTheMappingTim
   EXPECT_GE(stats.map_s, stats.access_s);  // map_s holds the access calls too
   memory.free(block);
   EXPECT_EQ(memory.stats().access_s, stats.access_s);  // freeing sets no access
+}
+
+// A mapping or an unmapping over kSlowDriverStretch (10 ms) is counted with its time; shorter
+// ones are not.
+TEST(PagedDeviceMemory, DriverStretchesOverTenMillisecondsAreCountedWithTheirTime) {
+  FakePageDriver driver(16);
+  PagedDeviceMemory memory(driver);
+  void* quick = memory.allocate(2 * kPage, kCompute);
+  EXPECT_EQ(memory.stats().slow_maps, 0U);
+  driver.access_delay = std::chrono::milliseconds(15);
+  void* slow = memory.allocate(3 * kPage, kCompute);
+  PagedMemoryStats stats = memory.stats();
+  EXPECT_EQ(stats.slow_maps, 1U);
+  EXPECT_GE(stats.slow_map_s, 0.015);
+  EXPECT_LE(stats.slow_map_s, stats.map_s);
+  EXPECT_EQ(stats.slow_unmaps, 0U);
+  memory.free(quick);
+  memory.free(slow);
+  driver.unmap_delay = std::chrono::milliseconds(6);
+  memory.empty_cache();  // unmaps a 2-page block (12 ms) and a 3-page one (18 ms)
+  stats = memory.stats();
+  EXPECT_EQ(stats.slow_unmaps, 2U);
+  EXPECT_GE(stats.slow_unmap_s, 0.030);
+  EXPECT_LE(stats.slow_unmap_s, stats.unmap_s);
 }
 
 }  // namespace

@@ -77,9 +77,18 @@ struct PagedMemoryStats {
   double map_s = 0;                // host time in the driver's reserve, map and access calls
   double access_s = 0;             // of map_s, in its access calls (W3: which call is slow)
   double unmap_s = 0;              // host time in its unmap and unreserve calls
+  // Single mappings (a block's pages with their access) and unmappings that took over
+  // kSlowDriverStretch, and their time: whether W3's steps that ran 0.2-0.5 s late in a few
+  // micro-batches (session 42) met one long driver stretch or many short ones.
+  std::uint64_t slow_maps = 0;
+  double slow_map_s = 0;
+  std::uint64_t slow_unmaps = 0;
+  double slow_unmap_s = 0;
   std::uint64_t out_of_memory = 0;
   std::uint64_t emptied = 0;  // empty_cache() calls
 };
+
+inline constexpr double kSlowDriverStretch = 0.010;  // seconds
 
 // Thread-safe. Blocks up to kSmallLimit come from slabs of one page cut into equal chunks of a
 // power-of-two class; slabs are kept for good, as the caching allocator keeps its small pool.
