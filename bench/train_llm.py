@@ -167,7 +167,7 @@ def parse_args(argv):
                         "(deadline-host-waits-in), or as issued")
     p.add_argument("--copy-chunk", default=None,
                    help="TeraIO modes: Session(copy_chunk=...): the piece the deadline orders queue at a time "
-                        "(256KiB to 256MiB, a multiple of 4 KiB; default TeraIO's, 8MiB)")
+                        "(1MiB to 256MiB, a multiple of 4 KiB; default TeraIO's, 8MiB)")
     p.add_argument("--recast-weights", choices=("on", "off"), default="on",
                    help="TeraIO and recast modes: Session(recast_weights=...): make autocast's bf16 copies of the "
                         "weights again in the backward pass instead of keeping them from the forward (teraio.recast; "

@@ -103,8 +103,10 @@ def wait_for_event(driver, event, wait):
     if wait == "block":
         event.synchronize()
         return
-    while driver.try_call("cuEventQuery", ctypes.c_void_p(event.cuda_event)) == CUDA_ERROR_NOT_READY:
+    while (rc := driver.try_call("cuEventQuery", ctypes.c_void_p(event.cuda_event))) == CUDA_ERROR_NOT_READY:
         time.sleep(5e-6)
+    if rc != 0:
+        raise RuntimeError(f"cuEventQuery: CUDA error {rc}")
 
 
 class Copying:
@@ -112,7 +114,11 @@ class Copying:
     each way from a thread of its own on a stream of its own with `depth` chunks queued, as TeraIO's
     copy lanes run them (copy_lane_cuda.cpp: a window of 2, a look every 5 µs with a 1 µs timer
     slack). wait="poll" looks whether the oldest chunk is done (cuEventQuery) every 5 µs;
-    wait="block" blocks on it. After closing, `gb_per_s` holds each direction's rate while open."""
+    wait="block" blocks on it (events made with blocking sync: without it the driver spins). Each
+    thread records a ring of `depth` events made once, as the copier takes its events from a pool:
+    making and destroying one a chunk would add driver calls the copier does not make. After
+    closing, `gb_per_s` holds each direction's rate while open; read it before trusting a row
+    (at small chunks the threads' Python may not keep the engines busy)."""
 
     WAITS = ("poll", "block")
 
@@ -140,12 +146,14 @@ class Copying:
             host, dev = self.buffers[way]
             source, target = (host, dev) if way == "to_device" else (dev, host)
             stream, queued, copies = torch.cuda.Stream(), collections.deque(), 0
+            # Recorded again only once waited for: the oldest of `depth` queued is waited for below.
+            ring = [torch.cuda.Event(blocking=self.wait == "block") for _ in range(self.depth)]
             while not self.stop.is_set():
                 at = (copies % self.count) * self.chunk
                 with torch.cuda.stream(stream):
                     target[at:at + self.chunk].copy_(source[at:at + self.chunk], non_blocking=True)
-                    event = torch.cuda.Event()
-                    event.record(stream)
+                event = ring[copies % self.depth]
+                event.record(stream)
                 queued.append(event)
                 copies += 1
                 if len(queued) >= self.depth:
@@ -296,7 +304,8 @@ def measure(driver, page, total, busy_s=0.0):
     row["unmap_whole_allowed"] = rc == 0
     if rc != 0:
         pages.unmap_each()
-    # Access set page by page: whether the driver charges per call or per page mapped.
+    # Access set page by page: whether the driver charges per call or per page mapped. Timed on
+    # the pages' third mapping, the whole range's on their first.
     pages.map_all()
     row["set_access_each_s"] = timed(pages.set_access_each)
     pages.unmap_each()

@@ -218,7 +218,7 @@ class Session:
             "enqueue_host_copies": _enqueue_host_copies,
             "record_releases": bool(record_releases),
             "copy_order": str(copy_order),
-            "copy_chunk": _size(copy_chunk, "copy_chunk"),
+            "copy_chunk": None if copy_chunk is None else _size(copy_chunk, "copy_chunk"),
             "keep_copies": bool(keep_copies),
             "reuse_blocks": bool(reuse_blocks),
             "hole_bytes": _size(hole_bytes, "hole_bytes"),

@@ -12,7 +12,8 @@ CudaInventory cuda_inventory() {
   return {{}, "CUDA not compiled in"};
 }
 
-std::unique_ptr<DeviceCopier> make_cuda_copier(int, CopyOrder, std::size_t) {
+std::unique_ptr<DeviceCopier> make_cuda_copier(int, CopyOrder, std::size_t chunk_bytes) {
+  checked_lane_chunk(chunk_bytes);  // a bad chunk is the caller's error in every build
   throw Error(ErrorKind::kUnsupported,
               "this TeraIO build has no CUDA support (configure with the CUDA toolkit present)");
 }

@@ -193,9 +193,10 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   c.reuse_blocks = get("reuse_blocks", false);
   c.hole_bytes = get("hole_bytes", std::uint64_t{0});
   c.copy_order = io::parse_copy_order(get("copy_order", std::string("deadline")));
-  // 0 (Python's None): the default piece.
-  if (const auto chunk = get("copy_chunk", std::uint64_t{0}); chunk != 0)
-    c.copy_chunk_bytes = io::checked_lane_chunk(static_cast<std::size_t>(chunk));
+  // None: the default piece; any number given, 0 included, is checked.
+  if (d.contains("copy_chunk") && !d["copy_chunk"].is_none())
+    c.copy_chunk_bytes =
+        io::checked_lane_chunk(static_cast<std::size_t>(d["copy_chunk"].cast<std::uint64_t>()));
   if (d.contains("plan_margin") && !d["plan_margin"].is_none())
     c.plan_margin = d["plan_margin"].cast<std::uint64_t>();
   if (d.contains("request_latency") && !d["request_latency"].is_none())

@@ -86,6 +86,16 @@ def test_a_polled_wait_asks_until_the_event_has_passed_and_a_blocking_one_blocks
     assert blocked.synchronized
 
 
+def test_a_polled_wait_raises_on_a_driver_error():
+    class Failing(QueryDriver):
+        def try_call(self, name, handle):
+            return 700  # CUDA_ERROR_ILLEGAL_ADDRESS
+
+    event = PendingEvent(pending=0)
+    with pytest.raises(RuntimeError, match="cuEventQuery: CUDA error 700"):
+        vmm_costs.wait_for_event(Failing(event), event, "poll")
+
+
 def test_bad_copy_options_are_refused_and_no_copies_read_no():
     with pytest.raises(ValueError, match="copy wait"):
         vmm_costs.Copying(FakeDriver(), 8 << 20, wait="spin")

@@ -19,7 +19,7 @@ def test_an_unknown_copy_order_is_refused():
 
 
 def test_a_copy_chunk_out_of_bounds_is_refused():
-    for chunk in ("1KiB", "1GiB", 1_000_000):
+    for chunk in ("1KiB", "1GiB", 1_000_000, 0):
         with pytest.raises(teraio.Error, match="a copy lane's chunk must be a multiple of 4 KiB"):
             teraio.Session(gpu_budget="1GiB", device="cpu", copy_chunk=chunk)
     with teraio.Session(gpu_budget="1GiB", device="cpu", copy_chunk="2MiB"):

@@ -67,7 +67,9 @@ CopyOrder parse_copy_order(std::string_view text);
 // overtakes within one piece. A choice (make_cuda_copier) because the paged allocator's mappings
 // cost 4-6 times more under W3's copies than idle (session 42), which the piece's length may set.
 inline constexpr std::size_t kDefaultLaneChunkBytes = std::size_t{8} << 20;
-inline constexpr std::size_t kSmallestLaneChunkBytes = std::size_t{256} << 10;
+// A piece under 1 MiB (20 µs at 50 GB/s) would leave the window of two pieces shorter than the
+// dispatcher's look every ~10 µs, and the link idle between looks.
+inline constexpr std::size_t kSmallestLaneChunkBytes = std::size_t{1} << 20;
 inline constexpr std::size_t kLargestLaneChunkBytes = std::size_t{256} << 20;
 // Returns `bytes` if a lane may use it (a multiple of 4 KiB from kSmallestLaneChunkBytes to
 // kLargestLaneChunkBytes); throws Error{kInvalidArgument} otherwise.
