@@ -248,6 +248,10 @@ def parse_args(argv):
     p.add_argument("--paged-page", metavar="SIZE",
                    help="--allocator paged: its physical page (default 8MiB; a multiple of the device's granularity, "
                         "2 MiB on an H100; larger pages take fewer driver calls per block, bench/vmm_costs.py)")
+    p.add_argument("--paged-record", choices=("on", "off"), default="off",
+                   help="--allocator paged: keep every request the allocator serves in the measured steps (outside "
+                        "the timed part: a list append each) and write them beside the results as "
+                        "STEM-MODE-paged-requests.txt, for `teraio paged-replay` (default off)")
     p.add_argument("--plot", action="store_true", help="after the run, plot every table in --out (matplotlib)")
     p.add_argument("--plot-from", metavar="DIR", help="only plot the tables already in DIR")
     p.add_argument("--list-modes", action="store_true", help="list the modes and exit")
@@ -289,6 +293,8 @@ def parse_args(argv):
             parse_size(args.copy_chunk)
         except ValueError as error:
             p.error(str(error))
+    if args.paged_record == "on" and args.allocator != "paged":
+        p.error("--paged-record is for --allocator paged")
     if any(m.startswith("teraio") for m in args.mode_list) and args.budget is None and args.teraio_budget is None:
         p.error("TeraIO modes need --budget (gpu_budget = budget - reserve) or --teraio-budget")
     if args.allocator == "paged" and (args.flush_sizes or args.alloc_conf):
@@ -558,11 +564,16 @@ def train(args, workload, mode, device, result, stem):
             warmup = session.retime_steps_left
         tuned = len(result["steps"])
         saved = False
+        recording = args.paged_record == "on" and device.type == "cuda"
+        if recording:
+            from teraio import paged as paged_allocator
         device_waits = []  # --save-trace: each measured step's Session.device_waits()
         for i in range(warmup + args.steps):
             if args.gc_freeze == "on" and i == warmup:  # outside the timed part, as the setup's
                 result["gc_freeze"] = (f"gc.freeze(): {frozen_at_setup} objects frozen after setup, "
                                        f"{host_watch.freeze_collector()} in all before the first measured step")
+            if recording and i == warmup:
+                paged_allocator.start_recording()
             # The allocator's counters are read outside the timed part.
             with watch.step() as held_up:
                 _sync(device)
@@ -572,6 +583,8 @@ def train(args, workload, mode, device, result, stem):
                 _sync(device)
                 record["time_s"] = time.perf_counter() - started
             record.update(held_up)
+            if recording and record["measured"]:
+                paged_allocator.mark_step()
             note_loss(record, loss)
             if session is not None:
                 record.update(session_fields(session.last_step))
@@ -598,6 +611,11 @@ def train(args, workload, mode, device, result, stem):
                 record["phase"] = phase
             return finish
 
+        if recording:
+            path = f"{stem}-{mode}-paged-requests.txt"
+            result["paged_recording"] = {"file": path, "requests": paged_allocator.save_recording(path)}
+            print(f"[{mode}] paged allocator: {result['paged_recording']['requests']} requests of "
+                  f"{args.steps} measured steps in {path} (teraio paged-replay)", flush=True)
         if args.gpu_profile and device.type == "cuda":
             result["gpu_profile"] = profile_one_step(lambda: extra_step("gpu-profile"), f"{stem}-{mode}")
             print(f"[{mode}] gpu profile: {gpu_profile.describe(result['gpu_profile'])}", flush=True)

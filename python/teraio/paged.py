@@ -50,6 +50,25 @@ def stats():
     return _native.paged_allocator_stats()
 
 
+def start_recording():
+    """Keeps every request the allocator serves from now on (the blocks live now first), for
+    `teraio paged-replay`: how many pages another policy, page size or cap would map for the same
+    requests, counted on the CPU. Raises teraio.Error when the allocator is not installed."""
+    _native.paged_start_recording()
+
+
+def mark_step():
+    """Ends a training step in the recording under way (the replay counts step by step)."""
+    _native.paged_mark_step()
+
+
+def save_recording(path):
+    """Ends the recording under way and writes it to `path` (a text file, one request a line;
+    io/paged_recording.hpp has the format). Returns its number of requests, or None when nothing
+    was being recorded."""
+    return _native.paged_save_recording(str(path))
+
+
 def memory_in_use(device=0):
     """Bytes of device memory allocated to tensors now: from the paged allocator when it is
     installed, else from PyTorch's caching allocator."""

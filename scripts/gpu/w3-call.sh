@@ -26,6 +26,8 @@
 #                                     with --gc-freeze on (session 41; IDEAL_ARGS may add it too)
 #                                     freezein2m, freezein4m = freezein with --copy-chunk 2MiB, 4MiB
 #                                     (session 42: the lanes' pieces, against the mapping's cost)
+#                                     freezeinrec = freezein with --paged-record on (the allocator's
+#                                     requests of the measured steps, for teraio paged-replay here)
 #   NOSIM=1                           device_stalls.py without the simulated step (saves 1-2 min a run)
 #   IDEAL=1                           before the runs, measure W3's ideal here (2 and 4 layers,
 #                                     checked at 3; about 100 s), for shares of a same-machine ideal
@@ -104,6 +106,7 @@ for run in ${RUNS:-}; do
     freezenosync) extra=(--host-syncs off --gc-freeze on) ;;
     freezein2m) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --copy-chunk 2MiB) ;;
     freezein4m) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --copy-chunk 4MiB) ;;
+    freezeinrec) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --paged-record on) ;;
     *) extra=() ;;
   esac
   LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \
@@ -112,7 +115,7 @@ for run in ${RUNS:-}; do
   # the trace, plan and device waits, for teraio simulate and bench/device_stalls.py here
   runs=$(cd /var/tmp/teraio && ls -dt "$name"-*/ | head -n 1)  # this call's run of that name
   XZ_OPT="-T0 -3" tar -C /var/tmp/teraio -cJf "$work/$name/saved.tar.xz" $(cd /var/tmp/teraio && ls -d "$runs"*trace* \
-    "$runs"*plan* "$runs"*device-waits* 2>/dev/null)
+    "$runs"*plan* "$runs"*device-waits* "$runs"*paged-requests* 2>/dev/null)
   # the last measured step's device waits by where their copies stood and by the size due; with
   # the teraio CLI that run-torch.sh builds beside the module, against the simulated step too
   # (per stretch, and the GPU time between the waits against the profile's operator times)

@@ -8,6 +8,7 @@
 #include "teraio/core/log.hpp"
 #include "teraio/core/strings.hpp"
 #include "teraio/core/units.hpp"
+#include "teraio/io/paged_recording.hpp"
 
 namespace teraio::io {
 namespace {
@@ -96,6 +97,7 @@ void* PagedDeviceMemory::allocate(std::uint64_t bytes, StreamHandle stream) {
   void* address = bytes <= kSmallLimit ? allocate_small(bytes, stream)
                                        : allocate_pages((bytes + page_ - 1) / page_, stream);
   ++stats_.allocations;
+  if (recording_) recording_->allocated(reinterpret_cast<DeviceAddress>(address), bytes, stream);
   return address;
 }
 
@@ -460,6 +462,7 @@ void PagedDeviceMemory::unmap_retired(bool everything) {
 void PagedDeviceMemory::free(void* address) {
   const DeviceAddress key = reinterpret_cast<DeviceAddress>(address);
   const std::lock_guard lock(mutex_);
+  if (recording_) recording_->freed(key);
   if (const auto small = small_live_.find(key); small != small_live_.end()) {
     // Reused only on its own stream, so only the other streams that used it need marks.
     SharedMarks marks = small->second.used_on.empty() ? nullptr : mark_streams(small->second.used_on);
@@ -490,6 +493,7 @@ void PagedDeviceMemory::free(void* address) {
 bool PagedDeviceMemory::record_use(void* address, StreamHandle stream) {
   const DeviceAddress key = reinterpret_cast<DeviceAddress>(address);
   const std::lock_guard lock(mutex_);
+  if (recording_) recording_->used(key, stream);
   auto note = [&](StreamHandle own, std::vector<StreamHandle>& used_on) {
     if (stream != own && std::find(used_on.begin(), used_on.end(), stream) == used_on.end()) {
       used_on.push_back(stream);
@@ -549,6 +553,31 @@ void PagedDeviceMemory::empty_cache() {
     --pages_held_;
   }
   device_full_ = false;
+}
+
+void PagedDeviceMemory::start_recording() {
+  const std::lock_guard lock(mutex_);
+  recording_ = std::make_unique<PagedRecording>(page_, cap_pages_ * page_);
+  // The blocks live now, so that their frees name blocks a replay has: as long as their pages
+  // (the bytes first asked for are not kept), with the other streams recorded on them.
+  for (const auto& [address, block] : live_) {
+    recording_->allocated(address, block->pages.size() * page_, block->stream);
+    for (const StreamHandle other : block->used_on) recording_->used(address, other);
+  }
+  for (const auto& [address, chunk] : small_live_) {
+    recording_->allocated(address, chunk.size_class, chunk.stream);
+    for (const StreamHandle other : chunk.used_on) recording_->used(address, other);
+  }
+}
+
+void PagedDeviceMemory::mark_step() {
+  const std::lock_guard lock(mutex_);
+  if (recording_) recording_->step();
+}
+
+std::unique_ptr<PagedRecording> PagedDeviceMemory::take_recording() {
+  const std::lock_guard lock(mutex_);
+  return std::move(recording_);
 }
 
 PagedMemoryStats PagedDeviceMemory::stats() const {

@@ -1,5 +1,6 @@
 // teraio._native core: one Python exception type for every teraio::Error, byte sizes, and
 // the facts of this build (what was compiled in is reported, never guessed).
+#include <memory>
 #include <string>
 
 #include <torch/version.h>
@@ -10,6 +11,7 @@
 #include "teraio/core/strings.hpp"
 #include "teraio/core/units.hpp"
 #include "teraio/io/device_copy.hpp"
+#include "teraio/io/paged_recording.hpp"
 
 namespace teraio::torch_binding {
 
@@ -103,6 +105,23 @@ void bind_core(py::module_& m) {
     out["emptied"] = stats->emptied;
     return out;
   });
+
+  m.def(
+      "paged_start_recording", [] { installed_paged_memory().start_recording(); },
+      "Keeps the paged allocator's requests from now on (io/paged_recording).");
+  m.def(
+      "paged_mark_step", [] { installed_paged_memory().mark_step(); },
+      "Ends a step in the recording under way.");
+  m.def(
+      "paged_save_recording",
+      [](const std::string& path) -> py::object {
+        std::unique_ptr<io::PagedRecording> recording = installed_paged_memory().take_recording();
+        if (!recording) return py::none();
+        recording->write(path);
+        return py::int_(recording->requests().size());
+      },
+      py::arg("path"),
+      "Ends the recording under way and writes it to `path`; its number of requests, or None without one.");
 
   py::dict build;
   build["torch"] = TORCH_VERSION;

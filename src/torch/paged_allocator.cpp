@@ -31,6 +31,14 @@ bool paged_allocator_installed() {
   return installed.load() != nullptr;
 }
 
+io::PagedDeviceMemory& installed_paged_memory() {
+  PagedAllocator* state = installed.load();
+  if (state == nullptr)
+    throw Error(ErrorKind::kInvalidArgument,
+                "TeraIO's paged allocator is not installed (teraio.paged.install())");
+  return *state->memory;
+}
+
 std::optional<io::PagedMemoryStats> paged_allocator_stats() {
   const PagedAllocator* state = installed.load();
   if (state == nullptr) return std::nullopt;

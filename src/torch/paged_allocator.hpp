@@ -14,5 +14,8 @@ namespace teraio::torch_binding {
 void install_paged_allocator(int device, std::uint64_t page_bytes);
 bool paged_allocator_installed();
 std::optional<io::PagedMemoryStats> paged_allocator_stats();
+// The installed allocator's memory, for its recordings (io/paged_recording); Error(kInvalidArgument)
+// when none is installed.
+io::PagedDeviceMemory& installed_paged_memory();
 
 }  // namespace teraio::torch_binding

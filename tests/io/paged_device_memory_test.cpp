@@ -9,6 +9,7 @@
 
 #include "teraio/core/error.hpp"
 #include "teraio/io/paged_device_memory.hpp"
+#include "teraio/io/paged_recording.hpp"
 
 namespace teraio::io {
 namespace {
@@ -608,6 +609,50 @@ TEST(PagedDeviceMemory, DriverStretchesOverTenMillisecondsAreCountedWithTheirTim
   EXPECT_EQ(stats.slow_unmaps, 2U);
   EXPECT_GE(stats.slow_unmap_s, 0.030);
   EXPECT_LE(stats.slow_unmap_s, stats.unmap_s);
+}
+
+// A recording starts with the blocks live then, as allocations, so that their frees name blocks a
+// replay has; then every request as served, with the steps marked, until it is taken.
+TEST(PagedDeviceMemory, ARecordingKeepsTheLiveBlocksThenEveryRequestUntilTaken) {
+  FakePageDriver driver(16);
+  PagedDeviceMemory memory(driver);
+  EXPECT_EQ(memory.take_recording(), nullptr);
+  memory.mark_step();  // nothing under way: nothing happens
+  void* before = memory.allocate(3 * kPage - 100, kCompute);
+  void* small = memory.allocate(1000, kCompute);
+  memory.start_recording();
+  void* copy = memory.allocate(kPage, kCopy);
+  EXPECT_TRUE(memory.record_use(copy, kCompute));
+  memory.free(before);
+  memory.mark_step();
+  memory.free(copy);
+  const std::unique_ptr<PagedRecording> recording = memory.take_recording();
+  memory.free(small);  // after the recording ended
+  ASSERT_NE(recording, nullptr);
+  EXPECT_EQ(memory.take_recording(), nullptr);
+  EXPECT_EQ(recording->page_bytes(), kPage);
+  using Kind = PagedRequest::Kind;
+  const auto& r = recording->requests();
+  ASSERT_EQ(r.size(), 7U);
+  // The live blocks, as long as their pages or size class, on the compute stream (stream 0).
+  const bool large_first = r[0].bytes == 3 * kPage;
+  const PagedRequest& large = large_first ? r[0] : r[1];
+  const PagedRequest& chunk = large_first ? r[1] : r[0];
+  EXPECT_EQ(large.kind, Kind::kAllocate);
+  EXPECT_EQ(large.bytes, 3 * kPage);
+  EXPECT_EQ(chunk.bytes, 1024U);
+  EXPECT_EQ(large.stream, 0U);
+  EXPECT_EQ(r[2].kind, Kind::kAllocate);  // on the copy stream, as asked
+  EXPECT_EQ(r[2].bytes, kPage);
+  EXPECT_EQ(r[2].stream, 1U);
+  EXPECT_EQ(r[3].kind, Kind::kUse);
+  EXPECT_EQ(r[3].block, r[2].block);
+  EXPECT_EQ(r[3].stream, 0U);
+  EXPECT_EQ(r[4].kind, Kind::kFree);
+  EXPECT_EQ(r[4].block, large.block);
+  EXPECT_EQ(r[5].kind, Kind::kStep);
+  EXPECT_EQ(r[6].kind, Kind::kFree);
+  EXPECT_EQ(r[6].block, r[2].block);
 }
 
 }  // namespace

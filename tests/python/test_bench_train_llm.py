@@ -169,6 +169,7 @@ def test_a_bad_plan_latency_is_refused(tmp_path, time, says):
     ("--plan-margin", "wide", "wide"),
     ("--min-migration-share", "1", "--min-migration-share must be in [0, 1)"),
     ("--copy-chunk", "big", "big"),
+    ("--paged-record", "on", "--paged-record is for --allocator paged"),
 ])
 def test_a_bad_link_model_is_refused(tmp_path, option, value, says):
     done = run_bench("--workload", "tiny", "--modes", "teraio-ssd", option, value, "--out", str(tmp_path))

@@ -154,3 +154,44 @@ def test_the_bench_refuses_caching_allocator_options_with_the_paged_one(tmp_path
                            "--out", str(tmp_path)], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 2
     assert "--paged-page is for --allocator paged" in done.stderr
+
+
+def test_recording_without_the_allocator_installed_is_refused():
+    if teraio.paged.installed():
+        pytest.skip("the paged allocator is installed in this process")
+    for call in (teraio.paged.start_recording, teraio.paged.mark_step,
+                 lambda: teraio.paged.save_recording("unused.txt")):
+        with pytest.raises(teraio.Error, match="paged allocator is not installed"):
+            call()
+
+
+@requires_cuda
+def test_a_recording_of_real_requests_replays_step_by_step(tmp_path):
+    # Two steps of the same requests: the second serves each block in place, as the allocator did.
+    path = tmp_path / "requests.txt"
+    result = run_fresh("""
+        teraio.paged.install(page_bytes="2MiB")
+        keep = torch.ones(1, device="cuda")
+        teraio.paged.start_recording()
+        for step in range(2):
+            blocks = [torch.empty(n << 20, dtype=torch.uint8, device="cuda") for n in (3, 5, 9)]
+            del blocks
+            teraio.paged.mark_step()
+        result["requests"] = teraio.paged.save_recording(sys.argv[1])
+        result["again"] = teraio.paged.save_recording(sys.argv[1] + ".none")
+    """, str(path))
+    assert result["again"] is None
+    # At least the live block, then a step's 3 allocations, 3 frees and its mark, twice.
+    assert result["requests"] >= 1 + 2 * (3 + 3 + 1), result
+    # The CLI of this checkout's build: build/release here, build/gpu on the GPU machine.
+    root = pathlib.Path(__file__).resolve().parents[2]
+    built = [root / "build" / name / "tools" / "teraio" / "teraio" for name in ("gpu", "release")]
+    cli = next((path for path in built if path.exists()), None)
+    if cli is None:
+        pytest.skip(f"the teraio CLI is built at none of {[str(path) for path in built]}")
+    done = subprocess.run([str(cli), "paged-replay", str(path), "--json"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    steps = json.loads(done.stdout)["steps"]
+    assert len(steps) == 2
+    assert steps[0]["pages_mapped"] >= 9 and steps[1]["pages_mapped"] == 0, steps
+    assert steps[1]["reused"] == 3, steps

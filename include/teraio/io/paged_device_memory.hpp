@@ -31,6 +31,7 @@ using DeviceAddress = std::uintptr_t;
 using PageHandle = std::uint64_t;
 using StreamHandle = void*;  // a cudaStream_t on the device
 using StreamMark = void*;    // a cudaEvent_t on the device
+class PagedRecording;        // io/paged_recording
 
 // The calls the paged memory makes: CUDA's driver on the device, a fake in tests.
 class PageDriver {
@@ -119,6 +120,14 @@ class PagedDeviceMemory {
   void empty_cache();
   PagedMemoryStats stats() const;
 
+  // Keeps every request served from now on (io/paged_recording), the blocks live now first as
+  // allocations; replaces a recording under way.
+  void start_recording();
+  // Ends a step in the recording under way (nothing without one).
+  void mark_step();
+  // The recording under way, which ends there; nullptr without one.
+  std::unique_ptr<PagedRecording> take_recording();
+
  private:
   struct Marks;
   using SharedMarks = std::shared_ptr<Marks>;
@@ -202,6 +211,7 @@ class PagedDeviceMemory {
   std::vector<std::unique_ptr<Block>> slabs_;
   PagedMemoryStats stats_;
   bool device_full_ = false;  // the driver refused a page: no more tries until the cap changes
+  std::unique_ptr<PagedRecording> recording_;
 };
 
 // The page when none is asked for, where it is a multiple of the device's granularity (else the
