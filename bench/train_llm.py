@@ -249,9 +249,10 @@ def parse_args(argv):
                    help="--allocator paged: its physical page (default 8MiB; a multiple of the device's granularity, "
                         "2 MiB on an H100; larger pages take fewer driver calls per block, bench/vmm_costs.py)")
     p.add_argument("--paged-record", choices=("on", "off"), default="off",
-                   help="--allocator paged: keep every request the allocator serves in the measured steps (outside "
-                        "the timed part: a list append each) and write them beside the results as "
-                        "STEM-MODE-paged-requests.txt, for `teraio paged-replay` (default off)")
+                   help="--allocator paged: keep every request the allocator serves in the measured steps (inside "
+                        "the timed steps: a map lookup and a list append a request, under the allocator's lock) "
+                        "and write them beside the results as STEM-MODE-paged-requests.txt, for `teraio "
+                        "paged-replay` (default off)")
     p.add_argument("--plot", action="store_true", help="after the run, plot every table in --out (matplotlib)")
     p.add_argument("--plot-from", metavar="DIR", help="only plot the tables already in DIR")
     p.add_argument("--list-modes", action="store_true", help="list the modes and exit")

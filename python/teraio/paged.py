@@ -51,21 +51,24 @@ def stats():
 
 
 def start_recording():
-    """Keeps every request the allocator serves from now on (the blocks live now first), for
-    `teraio paged-replay`: how many pages another policy, page size or cap would map for the same
-    requests, counted on the CPU. Raises teraio.Error when the allocator is not installed."""
+    """Keeps every request the allocator serves from now on, for `teraio paged-replay`: how many
+    pages another policy, page size or cap would map for the same requests, counted on the CPU.
+    The allocator's state comes first (live blocks as allocations, freed ones as allocations freed
+    at once). Raises teraio.Error when the allocator is not installed."""
     _native.paged_start_recording()
 
 
 def mark_step():
-    """Ends a training step in the recording under way (the replay counts step by step)."""
+    """Ends a training step in the recording under way, with what the allocator counted in it
+    (pages mapped, blocks reused, grown, mapped and taken, device waits), which the replay sets
+    beside its own."""
     _native.paged_mark_step()
 
 
 def save_recording(path):
     """Ends the recording under way and writes it to `path` (a text file, one request a line;
     io/paged_recording.hpp has the format). Returns its number of requests, or None when nothing
-    was being recorded."""
+    was being recorded. A write that fails raises teraio.Error, and the recording is lost."""
     return _native.paged_save_recording(str(path))
 
 

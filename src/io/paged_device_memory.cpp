@@ -462,7 +462,6 @@ void PagedDeviceMemory::unmap_retired(bool everything) {
 void PagedDeviceMemory::free(void* address) {
   const DeviceAddress key = reinterpret_cast<DeviceAddress>(address);
   const std::lock_guard lock(mutex_);
-  if (recording_) recording_->freed(key);
   if (const auto small = small_live_.find(key); small != small_live_.end()) {
     // Reused only on its own stream, so only the other streams that used it need marks.
     SharedMarks marks = small->second.used_on.empty() ? nullptr : mark_streams(small->second.used_on);
@@ -470,6 +469,7 @@ void PagedDeviceMemory::free(void* address) {
         SmallChunk{key, std::move(marks)});
     note_in_use(-static_cast<std::int64_t>(small->second.size_class));
     small_live_.erase(small);
+    if (recording_) recording_->freed(key);  // once it is back: a failed free is no free
     return;
   }
   const auto live = live_.find(key);
@@ -488,6 +488,7 @@ void PagedDeviceMemory::free(void* address) {
   block->marks = std::move(marks);
   note_in_use(-static_cast<std::int64_t>(block->pages.size() * page_));
   cache(std::move(block));
+  if (recording_) recording_->freed(key);
 }
 
 bool PagedDeviceMemory::record_use(void* address, StreamHandle stream) {
@@ -558,8 +559,10 @@ void PagedDeviceMemory::empty_cache() {
 void PagedDeviceMemory::start_recording() {
   const std::lock_guard lock(mutex_);
   recording_ = std::make_unique<PagedRecording>(page_, cap_pages_ * page_);
-  // The blocks live now, so that their frees name blocks a replay has: as long as their pages
-  // (the bytes first asked for are not kept), with the other streams recorded on them.
+  recorded_since_ = stats_;
+  // The state now, so that frees name blocks a replay has and its cache starts near this one:
+  // the live blocks as allocations (as long as their pages: the bytes first asked for are not
+  // kept), with the other streams recorded on them, then the freed blocks allocated and freed.
   for (const auto& [address, block] : live_) {
     recording_->allocated(address, block->pages.size() * page_, block->stream);
     for (const StreamHandle other : block->used_on) recording_->used(address, other);
@@ -568,11 +571,22 @@ void PagedDeviceMemory::start_recording() {
     recording_->allocated(address, chunk.size_class, chunk.stream);
     for (const StreamHandle other : chunk.used_on) recording_->used(address, other);
   }
+  for (const auto& [address, block] : freed_) {
+    recording_->allocated(address, block->pages.size() * page_, block->stream);
+    recording_->freed(address);
+  }
 }
 
 void PagedDeviceMemory::mark_step() {
   const std::lock_guard lock(mutex_);
-  if (recording_) recording_->step();
+  if (!recording_) return;
+  recording_->step({stats_.pages_mapped - recorded_since_.pages_mapped,
+                    stats_.reused - recorded_since_.reused,
+                    stats_.grown_blocks - recorded_since_.grown_blocks,
+                    stats_.mapped_blocks - recorded_since_.mapped_blocks,
+                    stats_.taken_blocks - recorded_since_.taken_blocks,
+                    stats_.device_waits - recorded_since_.device_waits});
+  recorded_since_ = stats_;
 }
 
 std::unique_ptr<PagedRecording> PagedDeviceMemory::take_recording() {

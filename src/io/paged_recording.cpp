@@ -1,49 +1,92 @@
 #include "teraio/io/paged_recording.hpp"
 
-#include <cstdio>
+#include <charconv>
 #include <fstream>
-#include <optional>
-#include <sstream>
+#include <limits>
+#include <string_view>
+#include <type_traits>
 
 #include "teraio/core/error.hpp"
 #include "teraio/core/strings.hpp"
 
 namespace teraio::io {
+namespace {
+
+constexpr std::string_view kHeader = "# teraio paged requests v1 ";
+
+// The words of a line, split at single spaces.
+std::vector<std::string_view> words(std::string_view line) {
+  std::vector<std::string_view> out;
+  while (!line.empty()) {
+    const std::size_t space = line.find(' ');
+    out.push_back(line.substr(0, space));
+    if (space == std::string_view::npos) break;
+    line.remove_prefix(space + 1);
+  }
+  return out;
+}
+
+// Digits only (no sign, no leftovers): a file of requests has nothing else.
+std::optional<std::uint64_t> number(std::string_view text) {
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return value;
+}
+
+// "KEY=DIGITS" with the key expected.
+std::optional<std::uint64_t> keyed(std::string_view word, std::string_view key) {
+  if (word.size() <= key.size() + 1 || word.substr(0, key.size()) != key || word[key.size()] != '=')
+    return std::nullopt;
+  return number(word.substr(key.size() + 1));
+}
+
+constexpr std::string_view kCountKeys[] = {"pages", "reused", "grown", "mapped", "taken", "waits"};
+
+std::uint64_t* count_field(RecordedCounts& c, std::size_t i) {
+  std::uint64_t* fields[] = {&c.pages_mapped,  &c.reused,       &c.grown_blocks,
+                             &c.mapped_blocks, &c.taken_blocks, &c.device_waits};
+  return fields[i];
+}
+
+}  // namespace
 
 PagedRecording::PagedRecording(std::uint64_t page_bytes, std::uint64_t cap_bytes)
     : page_bytes_(page_bytes), cap_bytes_(cap_bytes) {}
 
-std::uint32_t PagedRecording::stream_number(StreamHandle stream) {
+std::uint32_t PagedRecording::stream_number(const void* stream) {
   return streams_.try_emplace(stream, static_cast<std::uint32_t>(streams_.size())).first->second;
 }
 
-void PagedRecording::allocated(DeviceAddress address, std::uint64_t bytes, StreamHandle stream) {
+void PagedRecording::allocated(std::uintptr_t address, std::uint64_t bytes, const void* stream) {
   const std::uint64_t block = next_block_++;
   live_[address] = block;
   requests_.push_back({PagedRequest::Kind::kAllocate, block, bytes, stream_number(stream)});
 }
 
-void PagedRecording::freed(DeviceAddress address) {
+void PagedRecording::freed(std::uintptr_t address) {
   const auto found = live_.find(address);
   if (found == live_.end()) return;
   requests_.push_back({PagedRequest::Kind::kFree, found->second, 0, 0});
   live_.erase(found);
 }
 
-void PagedRecording::used(DeviceAddress address, StreamHandle stream) {
+void PagedRecording::used(std::uintptr_t address, const void* stream) {
   const auto found = live_.find(address);
   if (found == live_.end()) return;
   requests_.push_back({PagedRequest::Kind::kUse, found->second, 0, stream_number(stream)});
 }
 
-void PagedRecording::step() {
+void PagedRecording::step(const RecordedCounts& counted) {
   requests_.push_back({PagedRequest::Kind::kStep, 0, 0, 0});
+  counted_.push_back(counted);
 }
 
 void PagedRecording::write(const std::string& path) const {
   std::ofstream out(path);
   if (!out) throw Error(ErrorKind::kIo, cat("cannot write the paged requests to ", path));
-  out << "# teraio paged requests v1 page=" << page_bytes_ << " cap=" << cap_bytes_ << '\n';
+  out << kHeader << "page=" << page_bytes_ << " cap=" << cap_bytes_ << '\n';
+  std::size_t steps = 0;
   for (const PagedRequest& r : requests_) {
     switch (r.kind) {
       case PagedRequest::Kind::kAllocate:
@@ -51,7 +94,14 @@ void PagedRecording::write(const std::string& path) const {
         break;
       case PagedRequest::Kind::kFree: out << "f " << r.block << '\n'; break;
       case PagedRequest::Kind::kUse: out << "u " << r.block << ' ' << r.stream << '\n'; break;
-      case PagedRequest::Kind::kStep: out << "s\n"; break;
+      case PagedRequest::Kind::kStep: {
+        out << 's';
+        if (std::optional<RecordedCounts> counted = counted_.at(steps++))
+          for (std::size_t i = 0; i < std::size(kCountKeys); ++i)
+            out << ' ' << kCountKeys[i] << '=' << *count_field(*counted, i);
+        out << '\n';
+        break;
+      }
     }
   }
   out.flush();
@@ -62,174 +112,63 @@ PagedRecording PagedRecording::read(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Error(ErrorKind::kIo, cat("cannot read paged requests from ", path));
   std::string line;
-  unsigned long long page = 0;
-  unsigned long long cap = 0;
-  if (!std::getline(in, line) ||
-      std::sscanf(line.c_str(), "# teraio paged requests v1 page=%llu cap=%llu", &page, &cap) != 2)
+  std::getline(in, line);
+  const std::vector<std::string_view> head = words(line);
+  const std::optional<std::uint64_t> page = head.size() == 7 ? keyed(head[5], "page") : std::nullopt;
+  const std::optional<std::uint64_t> cap = head.size() == 7 ? keyed(head[6], "cap") : std::nullopt;
+  if (!std::string_view(line).starts_with(kHeader) || !page || !cap)
     throw Error(ErrorKind::kFormat,
                 cat(path, ": not a file of paged requests (its first line is '", line, "')"));
-  PagedRecording recording(page, cap);
-  for (std::size_t number = 2; std::getline(in, line); ++number) {
-    std::istringstream fields(line);
-    char kind = 0;
+  PagedRecording recording(*page, *cap);
+  for (std::size_t line_number = 2; std::getline(in, line); ++line_number) {
+    const std::vector<std::string_view> w = words(line);
     PagedRequest r;
-    fields >> kind;
-    bool ok = true;
-    if (kind == 'a') {
-      r.kind = PagedRequest::Kind::kAllocate;
-      ok = static_cast<bool>(fields >> r.block >> r.bytes >> r.stream);
-    } else if (kind == 'f') {
-      r.kind = PagedRequest::Kind::kFree;
-      ok = static_cast<bool>(fields >> r.block);
-    } else if (kind == 'u') {
-      r.kind = PagedRequest::Kind::kUse;
-      ok = static_cast<bool>(fields >> r.block >> r.stream);
-    } else if (kind != 's') {
-      ok = false;
+    std::optional<RecordedCounts> counted;
+    bool ok = !w.empty() && w[0].size() == 1;
+    const auto field = [&](std::size_t i, auto& into) {
+      const std::optional<std::uint64_t> value = i < w.size() ? number(w[i]) : std::nullopt;
+      ok = ok && value.has_value() &&
+           *value <= std::numeric_limits<std::remove_reference_t<decltype(into)>>::max();
+      if (ok) into = static_cast<std::remove_reference_t<decltype(into)>>(*value);
+    };
+    switch (ok ? w[0][0] : '?') {
+      case 'a':
+        r.kind = PagedRequest::Kind::kAllocate;
+        field(1, r.block);
+        field(2, r.bytes);
+        field(3, r.stream);
+        ok = ok && w.size() == 4;
+        break;
+      case 'f':
+        r.kind = PagedRequest::Kind::kFree;
+        field(1, r.block);
+        ok = ok && w.size() == 2;
+        break;
+      case 'u':
+        r.kind = PagedRequest::Kind::kUse;
+        field(1, r.block);
+        field(2, r.stream);
+        ok = ok && w.size() == 3;
+        break;
+      case 's':
+        if (w.size() > 1) {
+          counted.emplace();
+          ok = w.size() == 1 + std::size(kCountKeys);
+          for (std::size_t i = 0; ok && i < std::size(kCountKeys); ++i) {
+            const std::optional<std::uint64_t> value = keyed(w[1 + i], kCountKeys[i]);
+            ok = value.has_value();
+            if (ok) *count_field(*counted, i) = *value;
+          }
+        }
+        break;
+      default: ok = false;
     }
-    std::string rest;
-    if (!ok || fields >> rest)
-      throw Error(ErrorKind::kFormat, cat(path, ":", number, ": not a paged request: '", line, "'"));
+    if (!ok)
+      throw Error(ErrorKind::kFormat, cat(path, ":", line_number, ": not a paged request: '", line, "'"));
     recording.requests_.push_back(r);
+    if (r.kind == PagedRequest::Kind::kStep) recording.counted_.push_back(counted);
   }
   return recording;
-}
-
-namespace {
-
-// A PageDriver that hands out handles and addresses and only counts: marks pass `lag` requests
-// after they were made (advance() moves the replay on by one request).
-class CountingDriver final : public PageDriver {
- public:
-  CountingDriver(std::uint64_t page, std::uint64_t device, std::uint64_t lag)
-      : page_(page), device_(device), lag_(lag) {}
-
-  void advance() { ++now_; }
-
-  std::uint64_t page_bytes() const override { return page_; }
-  std::uint64_t device_bytes() const override { return device_; }
-  std::optional<PageHandle> create_page() override {
-    if (pages_ >= device_ / page_) return std::nullopt;
-    ++pages_;
-    return ++last_page_;
-  }
-  void release_page(PageHandle) override { --pages_; }
-  DeviceAddress reserve(std::uint64_t bytes) override {
-    const DeviceAddress at = next_address_;
-    next_address_ += bytes;
-    return at;
-  }
-  void unreserve(DeviceAddress, std::uint64_t) override {}
-  void map(DeviceAddress, PageHandle) override {}
-  void unmap(DeviceAddress) override {}
-  void allow_access(DeviceAddress, std::uint64_t) override {}
-  StreamMark mark(StreamHandle) override {
-    made_.push_back(now_);
-    return reinterpret_cast<StreamMark>(made_.size());  // never null
-  }
-  bool passed(StreamMark mark) override {
-    return now_ >= made_.at(reinterpret_cast<std::uintptr_t>(mark) - 1) + lag_;
-  }
-  void wait(StreamHandle, StreamMark) override {}
-  void drop(StreamMark) noexcept override {}
-  void synchronize() override { now_ += lag_; }
-
- private:
-  std::uint64_t page_;
-  std::uint64_t device_;
-  std::uint64_t lag_;
-  std::uint64_t now_ = 0;
-  std::uint64_t pages_ = 0;
-  PageHandle last_page_ = 0;
-  DeviceAddress next_address_ = DeviceAddress{1} << 40;
-  std::vector<std::uint64_t> made_;  // the request each mark was made at
-};
-
-// What a step added to the counters that only grow (the host times stay 0: nothing is timed).
-PagedMemoryStats growth(const PagedMemoryStats& after, const PagedMemoryStats& before) {
-  PagedMemoryStats d = after;
-  d.allocations -= before.allocations;
-  d.small_allocations -= before.small_allocations;
-  d.reused -= before.reused;
-  d.split_blocks -= before.split_blocks;
-  d.joined_blocks -= before.joined_blocks;
-  d.grown_blocks -= before.grown_blocks;
-  d.recorded_uses -= before.recorded_uses;
-  d.mapped_blocks -= before.mapped_blocks;
-  d.taken_blocks -= before.taken_blocks;
-  d.pages_mapped -= before.pages_mapped;
-  d.pages_unmapped -= before.pages_unmapped;
-  d.device_waits -= before.device_waits;
-  d.out_of_memory -= before.out_of_memory;
-  d.emptied -= before.emptied;
-  d.map_s = d.access_s = d.unmap_s = d.slow_map_s = d.slow_unmap_s = 0;
-  d.slow_maps = d.slow_unmaps = 0;
-  return d;
-}
-
-}  // namespace
-
-std::vector<PagedReplayStep> replay(const PagedRecording& recording, const PagedReplayOptions& options) {
-  const std::uint64_t page = options.page_bytes != 0 ? options.page_bytes : recording.page_bytes();
-  const std::uint64_t cap = options.cap_bytes != 0 ? options.cap_bytes : recording.cap_bytes();
-  if (page == 0 || cap < page)
-    throw Error(ErrorKind::kInvalidArgument,
-                cat("a replay needs a page and a cap of at least a page (page ", page, ", cap ", cap, ")"));
-  CountingDriver driver(page, cap, options.lag);
-  PagedDeviceMemory memory(driver);
-  // Streams as the recording numbered them; the handle only has to tell them apart.
-  const auto stream = [](std::uint32_t number) {
-    return reinterpret_cast<StreamHandle>(std::uintptr_t{number} + 1);
-  };
-  std::unordered_map<std::uint64_t, void*> blocks;  // live; nullptr where the replay refused it
-  std::vector<PagedReplayStep> steps;
-  PagedMemoryStats before = memory.stats();
-  std::uint64_t refused = 0;
-  const auto live = [&](const PagedRequest& r) {
-    const auto found = blocks.find(r.block);
-    if (found == blocks.end())
-      throw Error(ErrorKind::kFormat, cat("paged request for block ", r.block, ", which is not allocated"));
-    return found;
-  };
-  for (const PagedRequest& r : recording.requests()) {
-    driver.advance();
-    switch (r.kind) {
-      case PagedRequest::Kind::kAllocate: {
-        if (blocks.contains(r.block))
-          throw Error(ErrorKind::kFormat, cat("block ", r.block, " allocated twice"));
-        void* address = nullptr;
-        try {
-          address = memory.allocate(r.bytes, stream(r.stream));
-        } catch (const Error& e) {
-          if (e.kind() != ErrorKind::kOutOfMemory) throw;
-          ++refused;
-        }
-        blocks.emplace(r.block, address);
-        break;
-      }
-      case PagedRequest::Kind::kFree: {
-        const auto found = live(r);
-        if (found->second != nullptr) memory.free(found->second);
-        blocks.erase(found);
-        break;
-      }
-      case PagedRequest::Kind::kUse: {
-        const auto found = live(r);
-        if (found->second != nullptr) memory.record_use(found->second, stream(r.stream));
-        break;
-      }
-      case PagedRequest::Kind::kStep: {
-        const PagedMemoryStats now = memory.stats();
-        steps.push_back({growth(now, before), refused});
-        before = now;
-        refused = 0;
-        break;
-      }
-    }
-  }
-  for (const auto& [block, address] : blocks)
-    if (address != nullptr) memory.free(address);
-  return steps;
 }
 
 }  // namespace teraio::io

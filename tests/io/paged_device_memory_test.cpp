@@ -653,6 +653,35 @@ TEST(PagedDeviceMemory, ARecordingKeepsTheLiveBlocksThenEveryRequestUntilTaken) 
   EXPECT_EQ(r[5].kind, Kind::kStep);
   EXPECT_EQ(r[6].kind, Kind::kFree);
   EXPECT_EQ(r[6].block, r[2].block);
+  // The mark carries what the allocator counted since the recording began: one page mapped.
+  ASSERT_EQ(recording->counted().size(), 1U);
+  ASSERT_TRUE(recording->counted()[0].has_value());
+  EXPECT_EQ(recording->counted()[0]->pages_mapped, 1U);
+}
+
+// Freed blocks at the start go in as allocations freed at once, so that a replay's cache starts
+// with them; a free that fails (its event could not be made) is no free in the recording either.
+TEST(PagedDeviceMemory, ARecordingStartsWithTheFreedBlocksAndLeavesOutAFailedFree) {
+  FakePageDriver driver(16);
+  PagedDeviceMemory memory(driver);
+  void* cached = memory.allocate(2 * kPage, kCopy);
+  memory.free(cached);
+  memory.start_recording();
+  void* block = memory.allocate(kPage, kCompute);
+  driver.fail_mark_in = 1;
+  EXPECT_THROW(memory.free(block), Error);
+  memory.mark_step();
+  const std::unique_ptr<PagedRecording> recording = memory.take_recording();
+  using Kind = PagedRequest::Kind;
+  const auto& r = recording->requests();
+  ASSERT_EQ(r.size(), 4U);
+  EXPECT_EQ(r[0].kind, Kind::kAllocate);
+  EXPECT_EQ(r[0].bytes, 2 * kPage);
+  EXPECT_EQ(r[1].kind, Kind::kFree);
+  EXPECT_EQ(r[1].block, r[0].block);
+  EXPECT_EQ(r[2].kind, Kind::kAllocate);  // served from the cached block's pages: no free follows
+  EXPECT_EQ(r[3].kind, Kind::kStep);
+  memory.free(block);  // the block is still live in the allocator
 }
 
 }  // namespace

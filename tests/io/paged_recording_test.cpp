@@ -9,6 +9,7 @@
 
 #include "teraio/core/error.hpp"
 #include "teraio/io/paged_recording.hpp"
+#include "teraio/io/paged_replay.hpp"
 
 namespace teraio::io {
 namespace {
@@ -29,7 +30,7 @@ PagedRecording recorded(std::uint64_t cap, std::initializer_list<PagedRequest> r
       case PagedRequest::Kind::kAllocate: recording.allocated(address, r.bytes, stream(r.stream + 1)); break;
       case PagedRequest::Kind::kFree: recording.freed(address); break;
       case PagedRequest::Kind::kUse: recording.used(address, stream(r.stream + 1)); break;
-      case PagedRequest::Kind::kStep: recording.step(); break;
+      case PagedRequest::Kind::kStep: recording.step({}); break;
     }
   }
   return recording;
@@ -58,7 +59,7 @@ TEST(PagedRecording, NumbersBlocksAndStreamsInOrderOfFirstSightAndLeavesOutUnkno
   recording.used(0x10, stream(3));
   recording.freed(0x10);
   recording.used(0x10, stream(7));  // freed meanwhile: left out
-  recording.step();
+  recording.step({});
   recording.allocated(0x10, kMiB, stream(7));  // the address again: a new block
   const auto& r = recording.requests();
   ASSERT_EQ(r.size(), 6U);
@@ -96,6 +97,37 @@ TEST(PagedRecording, WritesAndReadsBackTheSameRequests) {
   }
 }
 
+TEST(PagedRecording, AStepKeepsTheAllocatorsCountsThroughTheFile) {
+  PagedRecording recording(kPage, 8 * kPage);
+  recording.allocated(0x10, kMiB, stream(1));
+  recording.step({7, 6, 5, 4, 3, 2});
+  const std::string path = temp_path("counts.txt");
+  recording.write(path);
+  {
+    std::ofstream more(path, std::ios::app);
+    more << "s\n";  // a mark without counts
+  }
+  const PagedRecording back = PagedRecording::read(path);
+  std::filesystem::remove(path);
+  ASSERT_EQ(back.counted().size(), 2U);
+  ASSERT_TRUE(back.counted()[0].has_value());
+  const RecordedCounts& c = *back.counted()[0];
+  EXPECT_EQ(c.pages_mapped, 7U);
+  EXPECT_EQ(c.reused, 6U);
+  EXPECT_EQ(c.grown_blocks, 5U);
+  EXPECT_EQ(c.mapped_blocks, 4U);
+  EXPECT_EQ(c.taken_blocks, 3U);
+  EXPECT_EQ(c.device_waits, 2U);
+  EXPECT_FALSE(back.counted()[1].has_value());
+  // The replay hands each step the allocator's own counts beside its own.
+  const auto steps = replay(back, {});
+  ASSERT_EQ(steps.size(), 2U);
+  ASSERT_TRUE(steps[0].recorded.has_value());
+  EXPECT_EQ(steps[0].recorded->pages_mapped, 7U);
+  EXPECT_EQ(steps[0].counts.pages_mapped, 1U);
+  EXPECT_FALSE(steps[1].recorded.has_value());
+}
+
 TEST(PagedRecording, AMalformedFileIsRefusedWithItsLine) {
   const std::string path = temp_path("bad.txt");
   {
@@ -109,11 +141,18 @@ TEST(PagedRecording, AMalformedFileIsRefusedWithItsLine) {
     EXPECT_EQ(e.kind(), ErrorKind::kFormat);
     EXPECT_NE(std::string(e.what()).find(":3: not a paged request: 'f'"), std::string::npos) << e.what();
   }
-  {
-    std::ofstream out(path);
-    out << "page,cap\n";
+  // Numbers are digits only, lines hold nothing more, the header nothing else.
+  for (const char* text : {"page,cap\n", "# teraio paged requests v1 page=2097152 cap=16777216 more\n",
+                           "# teraio paged requests v1 page=2097152 cap=16777216\na -1 4096 0\n",
+                           "# teraio paged requests v1 page=2097152 cap=16777216\nf 1 2\n",
+                           "# teraio paged requests v1 page=2097152 cap=16777216\ns pages=1\n",
+                           "# teraio paged requests v1 page=2097152 cap=16777216\nu 1 99999999999\n"}) {
+    {
+      std::ofstream out(path);
+      out << text;
+    }
+    EXPECT_THROW(PagedRecording::read(path), Error) << text;
   }
-  EXPECT_THROW(PagedRecording::read(path), Error);
   std::filesystem::remove(path);
   EXPECT_THROW(PagedRecording::read(path), Error);  // gone
 }

@@ -120,10 +120,11 @@ class PagedDeviceMemory {
   void empty_cache();
   PagedMemoryStats stats() const;
 
-  // Keeps every request served from now on (io/paged_recording), the blocks live now first as
-  // allocations; replaces a recording under way.
+  // Keeps every request served from now on (io/paged_recording), the state now first (live
+  // blocks as allocations, freed ones as allocations freed at once); replaces one under way.
   void start_recording();
-  // Ends a step in the recording under way (nothing without one).
+  // Ends a step in the recording under way, with the counts since its last mark (nothing
+  // without one).
   void mark_step();
   // The recording under way, which ends there; nullptr without one.
   std::unique_ptr<PagedRecording> take_recording();
@@ -212,6 +213,7 @@ class PagedDeviceMemory {
   PagedMemoryStats stats_;
   bool device_full_ = false;  // the driver refused a page: no more tries until the cap changes
   std::unique_ptr<PagedRecording> recording_;
+  PagedMemoryStats recorded_since_;  // the counters at the recording's last step mark
 };
 
 // The page when none is asked for, where it is a multiple of the device's granularity (else the
