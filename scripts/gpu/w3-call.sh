@@ -34,6 +34,8 @@
 #   IDEAL_ARGS="--host-syncs off"     options added to the ideal's command (session 39)
 #   COPIER=1                          first build and run the CUDA copier's C++ tests
 #   EXACT=1                           then the exact suite's CUDA cases
+#   PAGED=1                           then the paged allocator's tests (its CUDA cases in fresh
+#                                     processes, the recording replayed by build/gpu's CLI; session 42)
 #   VMM=1                             then bench/vmm_costs.py at 16 MiB pages: idle, with the GPU busy,
 #                                     with 64 GiB mapped elsewhere, and both (session 41; about 40 s)
 #   VMM=copying                       instead: idle, then with copies both ways in 8 MiB chunks whose
@@ -68,6 +70,12 @@ if [ -n "${EXACT:-}" ]; then
     tests/python/test_training_exact.py tests/python/test_session_copy_order.py tests/python/test_session_host_syncs.py -k cuda >"$work/exact.log" 2>&1
   echo "exact suite (cuda): status $? ($((SECONDS - start)) s)"; tail -n 5 "$work/exact.log"
   tar -C "$work" -rf "$out/call.tar" exact.log
+fi
+if [ -n "${PAGED:-}" ]; then
+  PYTHONPATH=$(pytest_pythonpath) timeout 300 python3 -m pytest -q -p no:cacheprovider \
+    tests/python/test_paged_allocator.py >"$work/paged.log" 2>&1
+  echo "paged allocator tests: status $? ($((SECONDS - start)) s)"; tail -n 5 "$work/paged.log"
+  tar -C "$work" -rf "$out/call.tar" paged.log
 fi
 if [ -n "${VMM:-}" ]; then
   # Whether W3's 183-220 µs a mapped page (session 41) is the H200's price, or the price while
