@@ -8,7 +8,7 @@
 #include "teraio/core/log.hpp"
 #include "teraio/core/strings.hpp"
 #include "teraio/core/units.hpp"
-#include "teraio/io/paged_recording.hpp"
+#include "teraio/io/paged_recording.hpp"  // the hooks in allocate, free and record_use
 
 namespace teraio::io {
 namespace {
@@ -554,44 +554,6 @@ void PagedDeviceMemory::empty_cache() {
     --pages_held_;
   }
   device_full_ = false;
-}
-
-void PagedDeviceMemory::start_recording() {
-  const std::lock_guard lock(mutex_);
-  recording_ = std::make_unique<PagedRecording>(page_, cap_pages_ * page_);
-  recorded_since_ = stats_;
-  // The state now, so that frees name blocks a replay has and its cache starts near this one:
-  // the live blocks as allocations (as long as their pages: the bytes first asked for are not
-  // kept), with the other streams recorded on them, then the freed blocks allocated and freed.
-  for (const auto& [address, block] : live_) {
-    recording_->allocated(address, block->pages.size() * page_, block->stream);
-    for (const StreamHandle other : block->used_on) recording_->used(address, other);
-  }
-  for (const auto& [address, chunk] : small_live_) {
-    recording_->allocated(address, chunk.size_class, chunk.stream);
-    for (const StreamHandle other : chunk.used_on) recording_->used(address, other);
-  }
-  for (const auto& [address, block] : freed_) {
-    recording_->allocated(address, block->pages.size() * page_, block->stream);
-    recording_->freed(address);
-  }
-}
-
-void PagedDeviceMemory::mark_step() {
-  const std::lock_guard lock(mutex_);
-  if (!recording_) return;
-  recording_->step({stats_.pages_mapped - recorded_since_.pages_mapped,
-                    stats_.reused - recorded_since_.reused,
-                    stats_.grown_blocks - recorded_since_.grown_blocks,
-                    stats_.mapped_blocks - recorded_since_.mapped_blocks,
-                    stats_.taken_blocks - recorded_since_.taken_blocks,
-                    stats_.device_waits - recorded_since_.device_waits});
-  recorded_since_ = stats_;
-}
-
-std::unique_ptr<PagedRecording> PagedDeviceMemory::take_recording() {
-  const std::lock_guard lock(mutex_);
-  return std::move(recording_);
 }
 
 PagedMemoryStats PagedDeviceMemory::stats() const {

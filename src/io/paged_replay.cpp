@@ -56,37 +56,21 @@ class CountingDriver final : public PageDriver {
   std::vector<std::uint64_t> made_;  // the request each mark was made at
 };
 
-// What a step added to the counters that only grow (the host times stay 0: nothing is timed).
-PagedMemoryStats growth(const PagedMemoryStats& after, const PagedMemoryStats& before) {
-  PagedMemoryStats d = after;
-  d.allocations -= before.allocations;
-  d.small_allocations -= before.small_allocations;
-  d.reused -= before.reused;
-  d.split_blocks -= before.split_blocks;
-  d.joined_blocks -= before.joined_blocks;
-  d.grown_blocks -= before.grown_blocks;
-  d.recorded_uses -= before.recorded_uses;
-  d.mapped_blocks -= before.mapped_blocks;
-  d.taken_blocks -= before.taken_blocks;
-  d.pages_mapped -= before.pages_mapped;
-  d.pages_unmapped -= before.pages_unmapped;
-  d.device_waits -= before.device_waits;
-  d.out_of_memory -= before.out_of_memory;
-  d.emptied -= before.emptied;
-  d.map_s = d.access_s = d.unmap_s = d.slow_map_s = d.slow_unmap_s = 0;
-  d.slow_maps = d.slow_unmaps = 0;
-  return d;
-}
-
 }  // namespace
 
-std::vector<PagedReplayStep> replay(const PagedRecording& recording, const PagedReplayOptions& options) {
-  const std::uint64_t page = options.page_bytes != 0 ? options.page_bytes : recording.page_bytes();
-  const std::uint64_t cap = options.cap_bytes != 0 ? options.cap_bytes : recording.cap_bytes();
-  if (page == 0 || cap < page)
-    throw Error(ErrorKind::kInvalidArgument,
-                cat("a replay needs a page and a cap of at least a page (page ", page, ", cap ", cap, ")"));
-  CountingDriver driver(page, cap, options.lag);
+PagedReplayOptions resolved(const PagedReplayOptions& options, const PagedRecording& recording) {
+  PagedReplayOptions out = options;
+  if (out.page_bytes == 0) out.page_bytes = recording.page_bytes();
+  if (out.cap_bytes == 0) out.cap_bytes = recording.cap_bytes();
+  return out;
+}
+
+std::vector<PagedReplayStep> replay(const PagedRecording& recording, const PagedReplayOptions& asked) {
+  const PagedReplayOptions options = resolved(asked, recording);
+  if (options.page_bytes == 0 || options.cap_bytes < options.page_bytes)
+    throw Error(ErrorKind::kInvalidArgument, cat("a replay needs a page and a cap of at least a page (page ",
+                                                 options.page_bytes, ", cap ", options.cap_bytes, ")"));
+  CountingDriver driver(options.page_bytes, options.cap_bytes, options.lag);
   PagedDeviceMemory memory(driver);
   // Streams as the recording numbered them; the handle only has to tell them apart.
   const auto stream = [](std::uint32_t number) {
@@ -131,7 +115,7 @@ std::vector<PagedReplayStep> replay(const PagedRecording& recording, const Paged
       }
       case PagedRequest::Kind::kStep: {
         const PagedMemoryStats now = memory.stats();
-        steps.push_back({growth(now, before), refused, recording.counted().at(steps.size())});
+        steps.push_back({counter_growth(now, before), refused, recording.counted().at(steps.size())});
         before = now;
         refused = 0;
         break;

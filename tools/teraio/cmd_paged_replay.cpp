@@ -104,9 +104,9 @@ int run_paged_replay(const std::vector<std::string>& args) {
   replay_options.lag = static_cast<std::uint64_t>(lag);
   const io::PagedRecording recording = io::PagedRecording::read(*opts.positional("FILE"));
   const std::vector<io::PagedReplayStep> steps = io::replay(recording, replay_options);
-  const std::uint64_t page =
-      replay_options.page_bytes != 0 ? replay_options.page_bytes : recording.page_bytes();
-  const std::uint64_t cap = replay_options.cap_bytes != 0 ? replay_options.cap_bytes : recording.cap_bytes();
+  const io::PagedReplayOptions ran = io::resolved(replay_options, recording);
+  const std::uint64_t page = ran.page_bytes;
+  const std::uint64_t cap = ran.cap_bytes;
   if (!opts.flag("json")) {
     print_table(recording, steps, page, cap, replay_options.lag);
     return 0;

@@ -91,6 +91,10 @@ struct PagedMemoryStats {
 
 inline constexpr double kSlowDriverStretch = 0.010;  // seconds
 
+// What the counters grew by from `before` to `after` (the host times and slow stretches too);
+// the byte levels and peaks are `after`'s.
+PagedMemoryStats counter_growth(const PagedMemoryStats& after, const PagedMemoryStats& before);
+
 // Thread-safe. Blocks up to kSmallLimit come from slabs of one page cut into equal chunks of a
 // power-of-two class; slabs are kept for good, as the caching allocator keeps its small pool.
 class PagedDeviceMemory {

@@ -26,9 +26,13 @@ struct PagedReplayOptions {
   std::uint64_t lag = 0;
 };
 
+// `options` with the recording's page and cap where it leaves them 0: what a replay runs with.
+PagedReplayOptions resolved(const PagedReplayOptions& options, const PagedRecording& recording);
+
 struct PagedReplayStep {
-  PagedMemoryStats counts;                 // this step's growth of the counters (the *_s fields stay 0;
-                                           // held_bytes at the step's end, peak_held_bytes since the start)
+  // This step's growth of the counters (counter_growth; its times are the counting driver's, near 0),
+  // held_bytes at the step's end, peak_held_bytes since the replay began.
+  PagedMemoryStats counts;
   std::uint64_t refused = 0;               // allocations the replay could not serve (out of memory)
   std::optional<RecordedCounts> recorded;  // what the allocator counted in the same step
 };
