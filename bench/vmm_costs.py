@@ -21,8 +21,15 @@ dispatchers) or blocks on it (--copy-wait block, no thread in the driver meanwhi
 also times a driver call that does nothing (cuDriverGetVersion), so that a cost that the
 threads' contention for Python's lock adds shows apart from the driver's.
 
+Session 43 found the calls 10-25 times dearer while copies run both ways (set access about 1 ms
+a 16 MiB page with 8 MiB chunks, 39 µs idle). --copy-pause tests the remedy TeraIO's allocator
+could take: before each timed stretch of driver calls the copying threads stop queueing chunks
+and wait for those queued, and the stretch's time includes that wait; set access page by page
+then pauses the copies around each page (the most pauses a mapping could cost).
+
     python3 bench/vmm_costs.py [--total 8GiB] [--pages 2MiB,32MiB] [--busy] [--resident 64GiB]
-                               [--copying 8MiB [--copy-wait poll|block]] [--json out.json]
+                               [--copying 8MiB [--copy-wait poll|block] [--copy-pause]]
+                               [--json out.json]
 """
 from __future__ import annotations
 
@@ -118,7 +125,8 @@ class Copying:
     thread records a ring of `depth` events made once, as the copier takes its events from a pool:
     making and destroying one a chunk would add driver calls the copier does not make. After
     closing, `gb_per_s` holds each direction's rate while open; read it before trusting a row
-    (at small chunks the threads' Python may not keep the engines busy)."""
+    (at small chunks the threads' Python may not keep the engines busy). While quiet() is open
+    the threads queue nothing, and it opens once the chunks they had queued are done."""
 
     WAITS = ("poll", "block")
 
@@ -133,6 +141,8 @@ class Copying:
                               torch.empty(buffer, dtype=torch.uint8, device="cuda"))
                         for way in ("to_device", "to_host")}
         self.stop = threading.Event()
+        self.hush = threading.Event()  # set: queue nothing more
+        self.hushed = {way: threading.Event() for way in self.buffers}  # set: nothing of it queued
         self.moved = {}
         self.errors = []
         self.gb_per_s = {}
@@ -149,6 +159,14 @@ class Copying:
             # Recorded again only once waited for: the oldest of `depth` queued is waited for below.
             ring = [torch.cuda.Event(blocking=self.wait == "block") for _ in range(self.depth)]
             while not self.stop.is_set():
+                if self.hush.is_set():
+                    while queued:
+                        wait_for_event(self.driver, queued.popleft(), self.wait)
+                    self.hushed[way].set()
+                    while self.hush.is_set() and not self.stop.is_set():
+                        time.sleep(5e-6)
+                    self.hushed[way].clear()
+                    continue
                 at = (copies % self.count) * self.chunk
                 with torch.cuda.stream(stream):
                     target[at:at + self.chunk].copy_(source[at:at + self.chunk], non_blocking=True)
@@ -172,6 +190,20 @@ class Copying:
         time.sleep(0.2)  # both ways moving before anything is timed
         return self
 
+    @contextlib.contextmanager
+    def quiet(self):
+        """The copy engines idle for the duration: no thread queues a chunk, and it opens once
+        those queued are done."""
+        self.hush.set()
+        try:
+            for hushed in self.hushed.values():
+                while not hushed.wait(0.001):
+                    if self.errors or self.stop.is_set():
+                        raise RuntimeError("the copying threads stopped before they were quiet")
+            yield
+        finally:
+            self.hush.clear()
+
     def __exit__(self, *exc):
         self.stop.set()
         for thread in self.threads:
@@ -183,9 +215,11 @@ class Copying:
         return False
 
 
-def timed(function):
+def timed(function, around=contextlib.nullcontext):
+    """Seconds `function` took, `around`'s opening and closing included."""
     start = time.perf_counter()
-    function()
+    with around():
+        function()
     return time.perf_counter() - start
 
 
@@ -223,10 +257,11 @@ class Pages:
         self.driver.call("cuMemSetAccess", self.base, ctypes.c_size_t(self.count * self.page),
                          ctypes.byref(self.access), ctypes.c_size_t(1))
 
-    def set_access_each(self):
+    def set_access_each(self, around=contextlib.nullcontext):
         for i in range(self.count):
-            self.driver.call("cuMemSetAccess", self.address(i), ctypes.c_size_t(self.page), ctypes.byref(self.access),
-                             ctypes.c_size_t(1))
+            with around():
+                self.driver.call("cuMemSetAccess", self.address(i), ctypes.c_size_t(self.page),
+                                 ctypes.byref(self.access), ctypes.c_size_t(1))
 
     def unmap_each(self):
         for i in range(self.count):
@@ -283,19 +318,21 @@ def keep_busy(seconds):
     return stream
 
 
-def measure(driver, page, total, busy_s=0.0):
+def measure(driver, page, total, busy_s=0.0, around=contextlib.nullcontext):
+    """One row. `around` opens before each timed stretch of driver calls (and before each page's
+    call in set access page by page) and closes after it; its time counts in the stretch's."""
     pages = Pages(driver, page, total // page)
     count = pages.count
     row = {"page_bytes": page, "pages": count, "total_bytes": count * page}
     busy = keep_busy(busy_s) if busy_s > 0 else None
     row["noop_call_us"] = noop_call_us(driver)
-    row["create_s"] = timed(pages.create)
+    row["create_s"] = timed(pages.create, around)
     pages.reserve()
-    row["map_s"] = timed(pages.map_all)
-    row["set_access_s"] = timed(pages.set_access)
+    row["map_s"] = timed(pages.map_all, around)
+    row["set_access_s"] = timed(pages.set_access, around)
     # Not torch.cuda.synchronize(): that would wait for the busy stream too.
     torch.cuda.current_stream().synchronize()
-    row["unmap_each_s"] = timed(pages.unmap_each)
+    row["unmap_each_s"] = timed(pages.unmap_each, around)
     pages.map_all()
     pages.set_access()
     start = time.perf_counter()
@@ -307,9 +344,9 @@ def measure(driver, page, total, busy_s=0.0):
     # Access set page by page: whether the driver charges per call or per page mapped. Timed on
     # the pages' third mapping, the whole range's on their first.
     pages.map_all()
-    row["set_access_each_s"] = timed(pages.set_access_each)
+    row["set_access_each_s"] = timed(lambda: pages.set_access_each(around))
     pages.unmap_each()
-    row["release_s"] = timed(pages.release)
+    row["release_s"] = timed(pages.release, around)
     pages.unreserve()
     # Kernels still queued after the last call ran through all of them; if they ended before,
     # this was not a busy measurement.
@@ -324,12 +361,14 @@ def measure(driver, page, total, busy_s=0.0):
     return row
 
 
-def describe_copying(copying):
-    """The copies beside a row's calls in words: chunk, wait and each way's rate; "no" without."""
+def describe_copying(copying, paused=False):
+    """The copies beside a row's calls in words: chunk, wait, whether paused and each way's rate;
+    "no" without."""
     if not isinstance(copying, Copying):
         return "no"
     rates = "/".join(f"{copying.gb_per_s.get(way, 0):.1f}" for way in ("to_device", "to_host"))
-    return f"{copying.chunk / MIB:g} MiB chunks, {copying.wait}, {rates} GB/s in/out"
+    pause = ", paused for the calls" if paused else ""
+    return f"{copying.chunk / MIB:g} MiB chunks, {copying.wait}{pause}, {rates} GB/s in/out"
 
 
 def main():
@@ -346,10 +385,15 @@ def main():
     p.add_argument("--copy-wait", choices=Copying.WAITS, default="poll",
                    help="how the copying threads wait for their chunks: poll every 5 µs, as TeraIO's "
                         "dispatchers do, or block (default %(default)s)")
+    p.add_argument("--copy-pause", action="store_true",
+                   help="with --copying: the copies stop and drain before each timed stretch of calls "
+                        "(its time included), as TeraIO's allocator could pause its copier to map")
     p.add_argument("--json", help="write the rows here too")
     args = p.parse_args()
     total, resident_bytes, chunk = parse_size(args.total), parse_size(args.resident), parse_size(args.copying)
     pages = [parse_size(size) for size in args.pages.split(",")]
+    if args.copy_pause and not chunk:
+        p.error("--copy-pause pauses the copies of --copying: give --copying too")
     if not torch.cuda.is_available():
         raise SystemExit("vmm_costs.py needs a CUDA device")
     torch.zeros(1, device="cuda")  # the primary context, current on this thread
@@ -358,9 +402,10 @@ def main():
     for page in pages:
         with resident(driver, page, resident_bytes) as held:
             copying = Copying(driver, chunk, args.copy_wait) if chunk else contextlib.nullcontext()
+            around = copying.quiet if args.copy_pause else contextlib.nullcontext
             with copying:
-                rows.append(measure(driver, page, total, busy_s=5.0 if args.busy else 0.0))
-            rows[-1].update(resident_pages=held, copying=describe_copying(copying))
+                rows.append(measure(driver, page, total, busy_s=5.0 if args.busy else 0.0, around=around))
+            rows[-1].update(resident_pages=held, copying=describe_copying(copying, args.copy_pause))
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print("| page | pages | GPU busy | pages mapped elsewhere | copies both ways | a no-op driver call (µs) | "
           "create (µs/page) | map (µs/page) | map (s/GiB) | "

@@ -1,10 +1,12 @@
 """bench/vmm_costs.py on a machine without CUDA: its options parse, sizes read as the other bench
 scripts read them, the pages kept resident go through the driver's calls in order and back, the
 copying threads' waits return only once their event has passed and bad copy options are refused,
-and it says plainly that it needs a device (the timed driver calls run on GPUs only)."""
+a pause of the copies wraps each timed stretch and opens only once the threads are quiet, and it
+says plainly that it needs a device (the timed driver calls run on GPUs only)."""
 import pathlib
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -107,7 +109,9 @@ def test_bad_copy_options_are_refused_and_no_copies_read_no():
 def test_the_busy_resident_and_copying_options_exist_and_a_cpu_machine_is_refused():
     shown = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0
-    assert all(option in shown.stdout for option in ("--busy", "--resident", "--copying", "--copy-wait"))
+    assert all(option in shown.stdout for option in ("--busy", "--resident", "--copying", "--copy-wait", "--copy-pause"))
+    unpaused = subprocess.run([sys.executable, str(SCRIPT), "--copy-pause"], capture_output=True, text=True, timeout=60)
+    assert unpaused.returncode == 2 and "give --copying too" in unpaused.stderr
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: the refusal is for machines without one")
     run = subprocess.run([sys.executable, str(SCRIPT), "--busy", "--resident", "1GiB", "--pages", "16MiB",
@@ -141,3 +145,65 @@ def test_a_measurement_maps_sets_access_both_ways_and_gives_everything_back(monk
                 "unmap_each_us_per_page", "release_us_per_page"):
         assert row[key] >= 0
     assert row["pages"] == 3 and row["busy"] is False
+
+
+def test_a_pause_wraps_every_timed_stretch_and_each_page_of_access_set_page_by_page(monkeypatch):
+    class Stream:
+        def synchronize(self):
+            pass
+
+    monkeypatch.setattr(vmm_costs.torch.cuda, "current_stream", lambda: Stream())
+    driver = FakeDriver()
+    seen = []
+
+    class Pause:
+        def __enter__(self):
+            seen.append(len(driver.calls))
+
+        def __exit__(self, *exc):
+            return False
+
+    vmm_costs.measure(driver, 2 << 20, 6 << 20, around=Pause)
+    # create, map, access over the range, unmap one by one, release: once each; access page by page:
+    # once a page (3 pages).
+    assert len(seen) == 5 + 3
+    pages_by_page = [driver.calls[at] for at in seen if driver.calls[at] == "cuMemSetAccess"]
+    assert len(pages_by_page) == 1 + 3
+
+
+def test_quiet_opens_only_once_both_threads_have_nothing_queued_and_lets_them_go_after():
+    copying = vmm_costs.Copying.__new__(vmm_costs.Copying)  # no device: the threads are stand-ins
+    copying.hush, copying.stop, copying.errors = threading.Event(), threading.Event(), []
+    copying.hushed = {way: threading.Event() for way in ("to_device", "to_host")}
+    release = threading.Event()
+
+    def stand_in(way):
+        copying.hush.wait(5)
+        if way == "to_host":
+            release.wait(5)  # still draining its queued chunk
+        copying.hushed[way].set()
+
+    threads = [threading.Thread(target=stand_in, args=(way,)) for way in copying.hushed]
+    for thread in threads:
+        thread.start()
+    opened = threading.Event()
+
+    def pause():
+        with copying.quiet():
+            assert copying.hush.is_set()
+            opened.set()
+
+    pauser = threading.Thread(target=pause)
+    pauser.start()
+    assert not opened.wait(0.2)  # one way still has a chunk queued
+    release.set()
+    assert opened.wait(5)
+    pauser.join(5)
+    for thread in threads:
+        thread.join(5)
+    assert not copying.hush.is_set()  # the copies go on after
+    copying.hushed["to_device"].clear()
+    copying.errors.append("to_device: failed")
+    with pytest.raises(RuntimeError, match="stopped before they were quiet"):
+        with copying.quiet():
+            pass
