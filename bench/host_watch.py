@@ -21,7 +21,8 @@ ALLOCATOR_COUNTERS = {"num_alloc_retries": "alloc_retries", "num_device_alloc": 
 # teraio.paged's counters, where the paged allocator replaces the caching one (prefixed "paged_").
 PAGED_COUNTERS = ("allocations", "reused", "split_blocks", "joined_blocks", "grown_blocks", "mapped_blocks",
                   "pages_mapped", "pages_unmapped", "taken_blocks", "device_waits", "map_s", "access_s",
-                  "unmap_s", "slow_maps", "slow_map_s", "slow_unmaps", "slow_unmap_s")
+                  "unmap_s", "slow_maps", "slow_map_s", "slow_unmaps", "slow_unmap_s", "copy_holds",
+                  "copy_holds_not_quiet", "copy_hold_s")
 
 
 class HostWatch:
@@ -101,4 +102,7 @@ def describe_paged(counts):
             f"{counts['paged_device_waits']:g} device-side waits, {counts['paged_map_s']:.3f} s mapping "
             f"({counts['paged_access_s']:.3f} s of it setting access) and {counts['paged_unmap_s']:.3f} s unmapping, "
             f"{counts['paged_slow_maps']:g} mappings over 10 ms ({counts['paged_slow_map_s']:.3f} s) and "
-            f"{counts['paged_slow_unmaps']:g} unmappings ({counts['paged_slow_unmap_s']:.3f} s)")
+            f"{counts['paged_slow_unmaps']:g} unmappings ({counts['paged_slow_unmap_s']:.3f} s)"
+            + (f", copies held for {counts['paged_copy_holds']:g} requests ({counts['paged_copy_hold_s']:.3f} s waiting "
+               f"for the link, {counts['paged_copy_holds_not_quiet']:g} not quiet in time)"
+               if counts.get("paged_copy_holds") else ""))

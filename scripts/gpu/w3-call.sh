@@ -28,6 +28,8 @@
 #                                     (session 42: the lanes' pieces, against the mapping's cost)
 #                                     freezeinrec = freezein with --paged-record on (the allocator's
 #                                     requests of the measured steps, for teraio paged-replay here)
+#                                     freezeinhold = freezein with --hold-copies on (session 43: the
+#                                     allocator holds the copies back while it maps and unmaps)
 #   NOSIM=1                           device_stalls.py without the simulated step (saves 1-2 min a run)
 #   IDEAL=1                           before the runs, measure W3's ideal here (2 and 4 layers,
 #                                     checked at 3; about 100 s), for shares of a same-machine ideal
@@ -41,6 +43,9 @@
 #   VMM=copying                       instead: idle, then with copies both ways in 8 MiB chunks whose
 #                                     threads block, the same polling (as TeraIO's copier), and polling
 #                                     copies of 2 and 32 MiB (session 42; about 60 s)
+#   VMM=paused                        instead: idle, copies polling in 8 MiB chunks, the same paused for
+#                                     the calls (--copy-pause), blocking and paused, 32 MiB paused
+#                                     (session 43's call 5; about 35 s)
 # Run from the repository root; carry .deps.
 set -uo pipefail
 start=$SECONDS
@@ -85,6 +90,10 @@ if [ -n "${VMM:-}" ]; then
   # W3's 120-210 µs a page (session 42: neither --busy nor --resident does).
   [ "$VMM" = copying ] && conditions=("" "--copying 8MiB --copy-wait block" "--copying 8MiB"
     "--copying 2MiB" "--copying 32MiB")
+  # Whether holding the copies back and draining them first brings the calls to their idle price
+  # (session 43: set access 37 µs a page paused against 908 beside copies).
+  [ "$VMM" = paused ] && conditions=("" "--copying 8MiB" "--copying 8MiB --copy-pause"
+    "--copying 8MiB --copy-wait block --copy-pause" "--copying 32MiB --copy-pause")
   for condition in "${conditions[@]}"; do
     # shellcheck disable=SC2086  # the condition is a list of options
     timeout 120 python3 bench/vmm_costs.py --total 4GiB --pages 16MiB $condition 2>&1 |
@@ -115,6 +124,7 @@ for run in ${RUNS:-}; do
     freezein2m) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --copy-chunk 2MiB) ;;
     freezein4m) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --copy-chunk 4MiB) ;;
     freezeinrec) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --paged-record on) ;;
+    freezeinhold) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --hold-copies on) ;;
     *) extra=() ;;
   esac
   LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \

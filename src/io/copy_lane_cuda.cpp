@@ -219,6 +219,7 @@ void CopyLane::account() {
   const double s = std::chrono::duration<double>(now - marked_).count();
   marked_ = now;
   // The side stream moves data once the marker its front copy waits for has passed.
+  if (held_ > 0) activity_.held_for_driver_s += s;
   if (!queued_.empty() || side_moving()) {
     activity_.busy_s += s;
     if (holding_) activity_.held_s += s;
@@ -232,6 +233,36 @@ void CopyLane::account() {
 void CopyLane::serve_plan(bool planned) {
   std::lock_guard lock(mutex_);
   serving_plan_ = planned;
+}
+
+void CopyLane::hold() {
+  std::lock_guard lock(mutex_);
+  account();
+  ++held_;
+  ++activity_.holds;
+}
+
+void CopyLane::release() {
+  {
+    std::lock_guard lock(mutex_);
+    account();
+    --held_;
+  }
+  work_.notify_one();
+}
+
+bool CopyLane::wait_idle(std::chrono::steady_clock::time_point until) {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    // As the dispatcher looks: it may be asleep (nothing scheduled) while chunks still move.
+    retire_finished();
+    advance_markers();
+    if (queued_.empty() && !side_moving()) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::microseconds(5));
+    lock.lock();
+  }
 }
 
 LinkActivity CopyLane::take_activity() {
@@ -252,7 +283,7 @@ void CopyLane::run() {
     retire_finished();
     advance_markers();
     holding_ = false;
-    if (queued_.size() < kWindow) {
+    if (queued_.size() < kWindow && held_ == 0) {
       if (options_.side_first && side_moving()) {
         holding_ = schedule_.has_ready(ready);
       } else if (const auto chunk = schedule_.next(ready)) {

@@ -65,6 +65,12 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   LinkActivity take_activity();
   // DeviceCopier::serve_plan: with options_.host_waits, the host waits for markers only then.
   void serve_plan(bool planned);
+  // DeviceCopier::hold_copies: while held (holds nest), the dispatcher queues no chunk; rests
+  // flushed for a stream waiting still go on. wait_idle returns true once nothing of the lane's
+  // moves on the link (its stream's chunks done, the side stream not moving), false at `until`.
+  void hold();
+  void release();
+  bool wait_idle(std::chrono::steady_clock::time_point until);
   // The dispatcher's timer slack as it read it back (core/timer_slack).
   const PollingSlack& polling_slack() const { return slack_; }
 
@@ -139,6 +145,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   bool stopping_ = false;
   bool holding_ = false;  // the dispatcher's last look held a ready chunk back (options_.side_first)
   bool serving_plan_ = true;
+  int held_ = 0;  // hold() calls not yet released
   LinkActivity activity_;
   std::chrono::steady_clock::time_point marked_ = std::chrono::steady_clock::now();
   PollingSlack slack_;

@@ -4,6 +4,7 @@
 // pooled event marks its completion; in deadline order each direction is a CopyLane.
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <mutex>
 #include <vector>
 
@@ -48,6 +49,29 @@ class CudaCopyEvent final : public CopyEvent {
   std::shared_ptr<EventPool> pool_;
   cudaEvent_t event_;
   std::string what_;
+};
+
+// Both lanes held from its making to its end (DeviceCopier::hold_copies).
+class LaneHold final : public CopyHold {
+ public:
+  explicit LaneHold(std::vector<std::shared_ptr<CopyLane>> lanes) : lanes_(std::move(lanes)) {
+    for (const auto& lane : lanes_) lane->hold();
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                               std::chrono::duration<double>(kCopyHoldWaitSeconds));
+    quiet_ = true;
+    for (const auto& lane : lanes_) quiet_ = lane->wait_idle(until) && quiet_;
+  }
+  ~LaneHold() override {
+    for (const auto& lane : lanes_) lane->release();
+  }
+  LaneHold(const LaneHold&) = delete;
+  LaneHold& operator=(const LaneHold&) = delete;
+  bool quiet() const override { return quiet_; }
+
+ private:
+  std::vector<std::shared_ptr<CopyLane>> lanes_;
+  bool quiet_ = false;
 };
 
 class CudaCopier final : public DeviceCopier {
@@ -102,6 +126,11 @@ class CudaCopier final : public DeviceCopier {
   std::optional<LinkActivities> take_link_activity() override {
     if (!lanes_[0]) return std::nullopt;
     return LinkActivities{lanes_[0]->take_activity(), lanes_[1]->take_activity()};
+  }
+
+  std::unique_ptr<CopyHold> hold_copies() override {
+    if (!lanes_[0]) return nullptr;
+    return std::make_unique<LaneHold>(std::vector<std::shared_ptr<CopyLane>>{lanes_[0], lanes_[1]});
   }
 
   std::unique_ptr<CopyEvent> to_host(void* host_dst, const void* device_src, std::size_t n,

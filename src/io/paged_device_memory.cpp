@@ -37,6 +37,18 @@ class Stopwatch {
   std::chrono::steady_clock::time_point start_;
 };
 
+// Ends a request's copy hold (PagedDeviceMemory::hold_copies) as the request ends, served or not.
+class HoldEnds {
+ public:
+  explicit HoldEnds(std::unique_ptr<CopyHold>& hold) : hold_(hold) {}
+  ~HoldEnds() { hold_.reset(); }
+  HoldEnds(const HoldEnds&) = delete;
+  HoldEnds& operator=(const HoldEnds&) = delete;
+
+ private:
+  std::unique_ptr<CopyHold>& hold_;
+};
+
 }  // namespace
 
 // Events recorded when a block was freed, one per stream that used it, and the marks of freed
@@ -65,6 +77,7 @@ PagedDeviceMemory::PagedDeviceMemory(PageDriver& driver)
 }
 
 PagedDeviceMemory::~PagedDeviceMemory() {
+  holder_ = nullptr;  // its copier may be gone already
   try {
     unmap_retired(true);
     auto give_up = [&](const Block& block) {
@@ -90,9 +103,32 @@ void PagedDeviceMemory::note_in_use(std::int64_t delta) {
   stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, stats_.in_use_bytes);
 }
 
+void PagedDeviceMemory::hold_copies() {
+  if (!holder_ || hold_) return;
+  const Stopwatch timed(stats_.copy_hold_s);
+  hold_ = holder_();
+  if (!hold_) return;
+  ++stats_.copy_holds;
+  if (!hold_->quiet()) ++stats_.copy_holds_not_quiet;
+}
+
+void PagedDeviceMemory::hold_copies_with(const void* owner, CopyHolder holder) {
+  const std::lock_guard lock(mutex_);
+  holder_ = std::move(holder);
+  holder_owner_ = holder_ ? owner : nullptr;
+}
+
+void PagedDeviceMemory::stop_holding_copies(const void* owner) {
+  const std::lock_guard lock(mutex_);
+  if (owner != holder_owner_) return;
+  holder_ = nullptr;
+  holder_owner_ = nullptr;
+}
+
 void* PagedDeviceMemory::allocate(std::uint64_t bytes, StreamHandle stream) {
   if (bytes == 0) return nullptr;
   const std::lock_guard lock(mutex_);
+  const HoldEnds hold_ends(hold_);
   unmap_retired(false);
   void* address = bytes <= kSmallLimit ? allocate_small(bytes, stream)
                                        : allocate_pages((bytes + page_ - 1) / page_, stream);
@@ -156,6 +192,7 @@ void PagedDeviceMemory::map_into(const std::shared_ptr<Range>& range, DeviceAddr
                                  std::vector<FreePage>& got) {
   std::uint64_t mapped = 0;
   try {
+    hold_copies();
     const Stopwatch timed(stats_.map_s, &stats_.slow_maps, &stats_.slow_map_s);
     for (; mapped < got.size(); ++mapped) {
       const DeviceAddress address = at + mapped * page_;
@@ -336,6 +373,7 @@ std::vector<PagedDeviceMemory::FreePage> PagedDeviceMemory::gather(std::uint64_t
   }
   try {
     while (got.size() < pages && pages_held_ < cap_pages_ && !device_full_) {
+      hold_copies();
       const std::optional<PageHandle> page = driver_.create_page();
       if (!page) {
         device_full_ = true;  // until this request is done: memory may come free meanwhile
@@ -435,6 +473,7 @@ bool PagedDeviceMemory::all_passed(Marks& marks) {
 void PagedDeviceMemory::unmap(Range& range, DeviceAddress& address, std::uint64_t& pages) {
   // Progress is recorded page by page, so that a driver call failing part-way is not repeated
   // on pages already unmapped; a range whose unreserve failed is unreserved by a later call.
+  hold_copies();
   const Stopwatch timed(stats_.unmap_s, &stats_.slow_unmaps, &stats_.slow_unmap_s);
   for (; pages > 0; --pages, address += page_) {
     driver_.unmap(address);
@@ -524,6 +563,7 @@ std::uint64_t PagedDeviceMemory::cap() const {
 
 void PagedDeviceMemory::empty_cache() {
   const std::lock_guard lock(mutex_);
+  const HoldEnds hold_ends(hold_);
   driver_.synchronize();
   ++stats_.emptied;
   unmap_retired(true);

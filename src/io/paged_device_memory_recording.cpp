@@ -31,6 +31,9 @@ PagedMemoryStats counter_growth(const PagedMemoryStats& after, const PagedMemory
   d.slow_map_s -= before.slow_map_s;
   d.slow_unmaps -= before.slow_unmaps;
   d.slow_unmap_s -= before.slow_unmap_s;
+  d.copy_holds -= before.copy_holds;
+  d.copy_holds_not_quiet -= before.copy_holds_not_quiet;
+  d.copy_hold_s -= before.copy_hold_s;
   d.out_of_memory -= before.out_of_memory;
   d.emptied -= before.emptied;
   return d;

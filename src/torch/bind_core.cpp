@@ -101,6 +101,9 @@ void bind_core(py::module_& m) {
     out["slow_map_s"] = stats->slow_map_s;
     out["slow_unmaps"] = stats->slow_unmaps;
     out["slow_unmap_s"] = stats->slow_unmap_s;
+    out["copy_holds"] = stats->copy_holds;
+    out["copy_holds_not_quiet"] = stats->copy_holds_not_quiet;
+    out["copy_hold_s"] = stats->copy_hold_s;
     out["out_of_memory"] = stats->out_of_memory;
     out["emptied"] = stats->emptied;
     return out;

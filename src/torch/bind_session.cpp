@@ -36,6 +36,8 @@ py::dict link_dict(const io::LinkActivity& a) {
   d["gated_bytes"] = a.gated_bytes;
   d["held_s"] = a.held_s;
   d["host_waited_s"] = a.host_waited_s;
+  d["holds"] = a.holds;
+  d["held_for_driver_s"] = a.held_for_driver_s;
   return d;
 }
 
@@ -197,6 +199,7 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   if (d.contains("copy_chunk") && !d["copy_chunk"].is_none())
     c.copy_chunk_bytes =
         io::checked_lane_chunk(static_cast<std::size_t>(d["copy_chunk"].cast<std::uint64_t>()));
+  c.hold_copies_to_map = get("hold_copies_to_map", false);
   if (d.contains("plan_margin") && !d["plan_margin"].is_none())
     c.plan_margin = d["plan_margin"].cast<std::uint64_t>();
   if (d.contains("request_latency") && !d["request_latency"].is_none())

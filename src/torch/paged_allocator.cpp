@@ -39,6 +39,19 @@ io::PagedDeviceMemory& installed_paged_memory() {
   return *state->memory;
 }
 
+PagedCopyHolds::PagedCopyHolds(io::DeviceCopier& copier) : memory_(installed_paged_memory()) {
+  if (!copier.hold_copies())
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("holding copies for the paged allocator's driver calls needs a CUDA copier in a deadline "
+                    "order; this session's runs in ",
+                    copier.order(), " on ", copier.name()));
+  memory_.hold_copies_with(this, [&copier] { return copier.hold_copies(); });
+}
+
+PagedCopyHolds::~PagedCopyHolds() {
+  memory_.stop_holding_copies(this);
+}
+
 std::optional<io::PagedMemoryStats> paged_allocator_stats() {
   const PagedAllocator* state = installed.load();
   if (state == nullptr) return std::nullopt;

@@ -18,4 +18,19 @@ std::optional<io::PagedMemoryStats> paged_allocator_stats();
 // when none is installed.
 io::PagedDeviceMemory& installed_paged_memory();
 
+// While it lives, the installed paged allocator holds `copier`'s copies back for its driver
+// calls (io::PagedDeviceMemory::hold_copies_with, DeviceCopier::hold_copies). Throws
+// Error(kInvalidArgument) when no paged allocator is installed or the copier cannot hold its
+// copies (issue order, or no CUDA device): no request would be held, and nothing says so.
+class PagedCopyHolds {
+ public:
+  explicit PagedCopyHolds(io::DeviceCopier& copier);
+  ~PagedCopyHolds();
+  PagedCopyHolds(const PagedCopyHolds&) = delete;
+  PagedCopyHolds& operator=(const PagedCopyHolds&) = delete;
+
+ private:
+  io::PagedDeviceMemory& memory_;
+};
+
 }  // namespace teraio::torch_binding

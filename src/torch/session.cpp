@@ -108,6 +108,13 @@ Session::Session(SessionConfig config)
                     ") must be below the budget tracked tensors get (", format_bytes(tracked), ")"));
   }
   copier_ = make_copier(device_, config_.copy_order, config_.copy_chunk_bytes);
+  if (config_.hold_copies_to_map) {
+    if (!paged_allocator_installed())
+      throw Error(ErrorKind::kInvalidArgument,
+                  "hold_copies_to_map holds copies for TeraIO's paged allocator, which is not installed "
+                  "(teraio.use_paged_allocator() before any CUDA work)");
+    copy_holds_ = std::make_unique<PagedCopyHolds>(*copier_);
+  }
   io::EngineConfig engine;
   engine.host_capacity = config_.host_budget;
   engine.ssd_paths = config_.ssd_paths;
@@ -578,6 +585,7 @@ void Session::close() {
   table_.clear();
   closed_engine_report_ = io::format_report(store_->report());
   store_.reset();
+  copy_holds_.reset();  // no copies of this session's to hold
   phase_ = SessionPhase::kClosed;
   if (pending_error_) std::rethrow_exception(std::exchange(pending_error_, nullptr));
 }

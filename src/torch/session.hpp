@@ -27,6 +27,7 @@
 #include "callback_parts.hpp"
 #include "large_request_hole.hpp"
 #include "op_timer.hpp"
+#include "paged_allocator.hpp"
 #include "profile_recorder.hpp"
 #include "storage_memory.hpp"
 #include "storage_table.hpp"
@@ -131,6 +132,11 @@ struct SessionConfig {
   io::CopyOrder copy_order = io::CopyOrder::kDeadline;
   // The piece its deadline-order lanes queue at a time (io::checked_lane_chunk).
   std::size_t copy_chunk_bytes = io::kDefaultLaneChunkBytes;
+  // The installed paged allocator holds this session's copies back while it maps and unmaps
+  // (PagedCopyHolds): CUDA's mapping calls wait for the copy engines, page by page (bench/
+  // RESULTS.md session 43). Needs the paged allocator and a deadline copy order. Off by default
+  // until it has made W3 faster.
+  bool hold_copies_to_map = false;
   // Called (from the failing operator's thread) when a storage-engine error first hits a step,
   // so that the binding can stop the training code at its next Python statement.
   std::function<void()> on_failure;
@@ -353,6 +359,7 @@ class Session {
   SessionConfig config_;
   c10::Device device_;
   std::unique_ptr<io::DeviceCopier> copier_;
+  std::unique_ptr<PagedCopyHolds> copy_holds_;  // hold_copies_to_map; ends before copier_
   std::unique_ptr<io::TierStore> store_;
   StorageTable table_;
   CallbackParts callback_parts_;  // declared before memory_, which times into it

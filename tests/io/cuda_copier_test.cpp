@@ -502,6 +502,35 @@ TEST(CudaCopier, ALaneMovesCopiesInTheChunksItWasGiven) {
   EXPECT_EQ(std::memcmp(source.data(), out.data(), n), 0);
 }
 
+TEST(CudaCopier, AHoldQueuesNothingUntilItEndsAndIsQuietOnceTheLinkIs) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  EXPECT_EQ(make_cuda_copier(0, CopyOrder::kIssue)->hold_copies(), nullptr) << "issue order cannot hold";
+  constexpr std::size_t n = 512 * kMiB;  // ~10 ms at 50 GB/s, 64 pieces of 8 MiB
+  auto copier = make_cuda_copier(0, CopyOrder::kDeadline);
+  PinnedBuffer source(*copier, n);
+  DeviceBuffer device(*copier, n);
+  static_cast<void>(copier->take_link_activity());
+  const auto copy = copier->to_device(device.data(), source.data(), n);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));  // some pieces on the link
+  std::unique_ptr<CopyHold> hold = copier->hold_copies();
+  ASSERT_NE(hold, nullptr);
+  EXPECT_TRUE(hold->quiet()) << "two 8 MiB pieces finish well within the hold's wait";
+  // Held for 40 ms, four times what the whole copy needs: it must still be short of its end.
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  EXPECT_FALSE(copy->ready()) << "a piece was queued during the hold";
+  hold.reset();
+  copy->wait();
+  const std::optional<LinkActivities> link = copier->take_link_activity();
+  ASSERT_TRUE(link.has_value());
+  std::printf("hold: %llu holds, %.1f ms held; the copy's pieces %llu\n",
+              static_cast<unsigned long long>(link->to_device.holds), link->to_device.held_for_driver_s * 1e3,
+              static_cast<unsigned long long>(link->to_device.chunks));
+  EXPECT_EQ(link->to_device.holds, 1U);
+  EXPECT_EQ(link->to_host.holds, 1U);
+  EXPECT_GE(link->to_device.held_for_driver_s, 0.035);
+  EXPECT_EQ(link->to_device.chunks, n / kDefaultLaneChunkBytes) << "the held pieces went after the hold";
+}
+
 TEST(CudaCopier, CopyOrdersParseAndPrint) {
   EXPECT_EQ(parse_copy_order("deadline"), CopyOrder::kDeadline);
   EXPECT_EQ(parse_copy_order("issue"), CopyOrder::kIssue);

@@ -25,6 +25,7 @@ class FakePageDriver final : public PageDriver {
   std::uint64_t page_bytes() const override { return page_; }
   std::uint64_t device_bytes() const override { return device_pages_ * page_; }
   std::optional<PageHandle> create_page() override {
+    note_hold();
     if (pages_.size() >= device_pages_) return std::nullopt;
     pages_.insert(++last_page_);
     return last_page_;
@@ -46,17 +47,20 @@ class FakePageDriver final : public PageDriver {
     reserved_.erase(address);
   }
   void map(DeviceAddress address, PageHandle page) override {
+    note_hold();
     fail_if(fail_map_in);
     EXPECT_TRUE(pages_.contains(page)) << "mapped a page that does not exist";
     EXPECT_FALSE(mapped_.contains(address)) << "mapped twice at one address";
     mapped_[address] = page;
   }
   void unmap(DeviceAddress address) override {
+    note_hold();
     std::this_thread::sleep_for(unmap_delay);
     fail_if(fail_unmap_in);
     EXPECT_EQ(mapped_.erase(address), 1U) << "unmapped twice";
   }
   void allow_access(DeviceAddress address, std::uint64_t bytes) override {
+    note_hold();
     std::this_thread::sleep_for(access_delay);
     for (DeviceAddress at = address; at < address + bytes; at += page_)
       EXPECT_TRUE(mapped_.contains(at)) << "access set on an unmapped page";
@@ -99,8 +103,18 @@ class FakePageDriver final : public PageDriver {
   int fail_unmap_in = 0;
   int fail_mark_in = 0;
   int fail_unreserve_in = 0;
+  // Where given, the copy holds alive now (FakeCopyHolder), and the calls that map, unmap, set
+  // access or make a page with one alive and without.
+  const int* holds_alive = nullptr;
+  int calls_held = 0;
+  int calls_unheld = 0;
 
  private:
+  void note_hold() {
+    if (holds_alive == nullptr) return;
+    ++(*holds_alive > 0 ? calls_held : calls_unheld);
+  }
+
   static void fail_if(int& countdown) {
     if (countdown > 0 && --countdown == 0) throw Error(ErrorKind::kCuda, "injected driver failure");
   }
@@ -609,6 +623,107 @@ TEST(PagedDeviceMemory, DriverStretchesOverTenMillisecondsAreCountedWithTheirTim
   EXPECT_EQ(stats.slow_unmaps, 2U);
   EXPECT_GE(stats.slow_unmap_s, 0.030);
   EXPECT_LE(stats.slow_unmap_s, stats.unmap_s);
+}
+
+// Counts the holds it makes and those alive (DeviceCopier::hold_copies' stand-in).
+class FakeCopyHolder {
+ public:
+  class Hold final : public CopyHold {
+   public:
+    Hold(int& alive, bool quiet) : alive_(alive), quiet_(quiet) { ++alive_; }
+    ~Hold() override { --alive_; }
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+    bool quiet() const override { return quiet_; }
+
+   private:
+    int& alive_;
+    bool quiet_;
+  };
+
+  PagedDeviceMemory::CopyHolder holder() {
+    return [this] {
+      ++made;
+      return std::make_unique<Hold>(alive, quiet);
+    };
+  }
+  int made = 0;
+  int alive = 0;
+  bool quiet = true;
+};
+
+// The driver's calls run with the copies held (they wait for the copy engines otherwise, page by
+// page: session 43), one hold a request, from its first driver call until it is served.
+TEST(PagedDeviceMemory, ARequestThatCallsTheDriverHoldsTheCopiesOnceUntilItIsServed) {
+  FakePageDriver driver(10);
+  PagedDeviceMemory memory(driver);
+  FakeCopyHolder copies;
+  driver.holds_alive = &copies.alive;
+  memory.hold_copies_with(&copies, copies.holder());
+  std::vector<void*> blocks;
+  for (int i = 0; i < 5; ++i) blocks.push_back(memory.allocate(2 * kPage, kCompute));
+  EXPECT_EQ(copies.made, 5) << "each made and mapped two pages";
+  EXPECT_EQ(copies.alive, 0) << "a hold ends with its request";
+  driver.hold(kCompute);
+  for (void* block : blocks) memory.free(block);
+  EXPECT_EQ(copies.made, 5) << "freeing calls no driver";
+  void* again = memory.allocate(2 * kPage, kCompute);
+  EXPECT_EQ(copies.made, 5) << "served in place: no driver call, no hold";
+  void* big = memory.allocate(8 * kPage, kCompute);  // takes 4 freed blocks' pages, maps them
+  EXPECT_EQ(copies.made, 6);
+  driver.finish(kCompute);
+  memory.free(again);
+  // Unmaps the taken pages (its slab is cut from a freed block): one hold.
+  void* small = memory.allocate(100, kCompute);
+  EXPECT_EQ(copies.made, 7);
+  EXPECT_EQ(copies.alive, 0);
+  EXPECT_GT(driver.calls_held, 0);
+  EXPECT_EQ(driver.calls_unheld, 0) << "every map, unmap, access and page made under a hold";
+  PagedMemoryStats stats = memory.stats();
+  EXPECT_EQ(stats.copy_holds, 7U);
+  EXPECT_EQ(stats.copy_holds_not_quiet, 0U);
+  EXPECT_GE(stats.copy_hold_s, 0.0);
+  copies.quiet = false;
+  memory.empty_cache();  // unmaps the freed blocks under one hold whose wait ran out
+  stats = memory.stats();
+  EXPECT_EQ(stats.copy_holds, 8U);
+  EXPECT_EQ(stats.copy_holds_not_quiet, 1U);
+  EXPECT_EQ(driver.calls_unheld, 0);
+  memory.free(big);
+  memory.free(small);
+}
+
+TEST(PagedDeviceMemory, OnlyTheOwnerOfTheHolderStopsTheHolds) {
+  FakePageDriver driver(10);
+  PagedDeviceMemory memory(driver);
+  FakeCopyHolder copies;
+  int someone_else = 0;
+  memory.hold_copies_with(&copies, copies.holder());
+  memory.stop_holding_copies(&someone_else);
+  void* held = memory.allocate(2 * kPage, kCompute);
+  EXPECT_EQ(copies.made, 1);
+  memory.stop_holding_copies(&copies);
+  void* unheld = memory.allocate(2 * kPage, kCompute);
+  EXPECT_EQ(copies.made, 1);
+  EXPECT_EQ(memory.stats().copy_holds, 1U);
+  memory.free(held);
+  memory.free(unheld);
+}
+
+// A hold ends with a request that fails too; a holder that can hold nothing (nullptr) is no hold.
+TEST(PagedDeviceMemory, AFailedRequestEndsItsHoldAndAnEmptyHoldIsNotCounted) {
+  FakePageDriver driver(10);
+  PagedDeviceMemory memory(driver);
+  FakeCopyHolder copies;
+  memory.hold_copies_with(&copies, copies.holder());
+  driver.fail_map_in = 2;
+  EXPECT_THROW(memory.allocate(3 * kPage, kCompute), Error);
+  EXPECT_EQ(copies.made, 1);
+  EXPECT_EQ(copies.alive, 0);
+  memory.hold_copies_with(&copies, [] { return std::unique_ptr<CopyHold>(); });
+  void* block = memory.allocate(3 * kPage, kCompute);
+  EXPECT_EQ(memory.stats().copy_holds, 1U);
+  memory.free(block);
 }
 
 // A recording starts with the blocks live then, as allocations, so that their frees name blocks a

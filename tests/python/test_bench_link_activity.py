@@ -8,7 +8,7 @@ import link_activity  # noqa: E402
 
 def step(busy, waiting, idle, gigabytes):
     one = dict(busy_s=busy, waiting_s=waiting, idle_s=idle, chunks=int(gigabytes * 128), bytes=int(gigabytes * 1e9),
-               gated_flushes=0, gated_bytes=0, held_s=0, host_waited_s=0)
+               gated_flushes=0, gated_bytes=0, held_s=0, host_waited_s=0, holds=0, held_for_driver_s=0)
     return {"link": {"to_host": one, "to_device": dict(one, busy_s=busy * 2)}}
 
 
@@ -16,7 +16,7 @@ def test_the_median_is_taken_per_direction_and_field():
     steps = [step(10, 1, 5, 500), step(12, 3, 1, 600), step(11, 2, 9, 550), {"link": None}]
     m = link_activity.median(steps)
     assert m["to_host"] == dict(busy_s=11, waiting_s=2, idle_s=5, chunks=550 * 128, bytes=int(550e9), gated_flushes=0,
-                                gated_bytes=0, held_s=0, host_waited_s=0)
+                                gated_bytes=0, held_s=0, host_waited_s=0, holds=0, held_for_driver_s=0)
     assert m["to_device"]["busy_s"] == 22
 
 
@@ -59,3 +59,14 @@ def test_the_time_the_host_waited_for_markers_is_named():
     link["to_device"].update(host_waited_s=1.25)
     assert link_activity.describe(link).endswith(
         "idle 5.00 s, the host waited 1.25 s for markers of copies waited for")
+
+
+def test_the_holds_for_the_allocators_driver_calls_are_named_and_older_records_have_none():
+    link = step(10, 1.5, 5, 500)["link"]
+    link["to_device"].update(holds=310, held_for_driver_s=0.62)
+    assert link_activity.describe(link).endswith(
+        "idle 5.00 s, held 310 times (0.62 s) for the allocator's driver calls")
+    old = step(10, 1, 5, 500)
+    for direction in old["link"].values():
+        del direction["holds"], direction["held_for_driver_s"]
+    assert link_activity.median([old])["to_host"]["holds"] == 0

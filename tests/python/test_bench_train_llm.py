@@ -170,6 +170,7 @@ def test_a_bad_plan_latency_is_refused(tmp_path, time, says):
     ("--min-migration-share", "1", "--min-migration-share must be in [0, 1)"),
     ("--copy-chunk", "big", "big"),
     ("--paged-record", "on", "--paged-record is for --allocator paged"),
+    ("--hold-copies", "on", "--hold-copies is for --allocator paged"),
 ])
 def test_a_bad_link_model_is_refused(tmp_path, option, value, says):
     done = run_bench("--workload", "tiny", "--modes", "teraio-ssd", option, value, "--out", str(tmp_path))
@@ -515,3 +516,10 @@ def test_copy_chunk_reaches_the_session_which_refuses_one_out_of_bounds(tmp_path
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     entry = json.loads((tmp_path / "tiny-nocap.json").read_text())["modes"]["teraio-ssd"]
     assert "a copy lane's chunk must be a multiple of 4 KiB" in entry["status"], entry["status"]
+
+
+def test_holding_copies_needs_a_deadline_copy_order(tmp_path):
+    done = run_bench("--workload", "tiny", "--modes", "teraio-ssd", "--allocator", "paged", "--hold-copies", "on",
+                     "--copy-order", "issue", "--out", str(tmp_path))
+    assert done.returncode == 2
+    assert "--hold-copies needs a deadline --copy-order" in done.stderr, done.stderr

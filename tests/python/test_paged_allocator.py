@@ -3,7 +3,8 @@ in a fresh process, since PyTorch swaps its allocator only before CUDA serves a 
 freed in a scattered pattern serve a request longer than any of them without running out,
 a block recorded on a busy stream is not handed out again, the cap gives PyTorch's own
 out-of-memory error, and training under a TeraIO session is bit-identical to training under the
-caching allocator without TeraIO."""
+caching allocator without TeraIO, with the session's copies held for the allocator's driver calls
+too (hold_copies_to_map), which a session without the allocator or in issue order refuses."""
 from __future__ import annotations
 
 import json
@@ -119,13 +120,20 @@ def test_a_block_recorded_on_a_busy_stream_is_not_handed_out_again():
 
 EXACT = """
     import test_training_exact as t
-    if sys.argv[1] == "paged":
+    paged = sys.argv[1] in ("paged", "held")
+    if paged:
         teraio.paged.install()
     want = t.reference(t.gpt, t.adamw, "cuda")
     result["losses"] = [w.item().hex() for w in want.losses]
-    if sys.argv[1] == "paged":
-        got = t.train(t.gpt, t.adamw, t.STEPS, "cuda",
-                      session_kwargs=t.budget_kwargs(t.gpt, t.adamw, "cuda", sys.argv[2]))
+    if paged:
+        kwargs = t.budget_kwargs(t.gpt, t.adamw, "cuda", sys.argv[2])
+        if sys.argv[1] == "held":
+            try:
+                teraio.Session(**{**kwargs, "copy_order": "issue", "hold_copies_to_map": True})
+            except teraio.Error as e:
+                result["issue_order"] = str(e)
+            kwargs["hold_copies_to_map"] = True
+        got = t.train(t.gpt, t.adamw, t.STEPS, "cuda", session_kwargs=kwargs)
         t.assert_exact(want, got)
         result["moved"] = sum(s["bytes_offloaded"] for s in got.report["steps"])
         result["stats"] = teraio.paged.stats()
@@ -139,6 +147,24 @@ def test_training_under_a_session_is_exact_against_the_caching_allocator_without
     assert paged["losses"] == caching["losses"]
     assert paged["moved"] > 0
     assert paged["stats"]["allocations"] > 0 and paged["stats"]["out_of_memory"] == 0
+    assert paged["stats"]["copy_holds"] == 0
+
+
+@requires_cuda
+def test_training_with_copies_held_for_the_driver_calls_is_exact_too(swap_dir):
+    caching = run_fresh(EXACT, "caching", str(swap_dir))
+    held = run_fresh(EXACT, "held", str(swap_dir))
+    assert held["losses"] == caching["losses"]
+    assert held["moved"] > 0
+    assert held["stats"]["copy_holds"] > 0, held["stats"]
+    assert "needs a CUDA copier in a deadline order" in held["issue_order"], held
+
+
+def test_holding_copies_without_the_paged_allocator_is_refused():
+    if teraio.paged.installed():
+        pytest.skip("the paged allocator is installed in this process")
+    with pytest.raises(teraio.Error, match="paged allocator, which is not installed"):
+        teraio.Session(gpu_budget="1GiB", device="cpu", hold_copies_to_map=True)
 
 
 def test_the_bench_refuses_caching_allocator_options_with_the_paged_one(tmp_path):

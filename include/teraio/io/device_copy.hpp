@@ -131,11 +131,32 @@ struct LinkActivity {
   // (CopyOrder::kDeadlineHostWaits, and kDeadlineHostWaitsIn to the device, while serving a
   // plan: DeviceCopier::serve_plan; 0 otherwise).
   double host_waited_s = 0;
+  // Holds (DeviceCopier::hold_copies) and, of the time above, the time the lane queued no chunk
+  // because one was on.
+  std::uint64_t holds = 0;
+  double held_for_driver_s = 0;
 };
 struct LinkActivities {
   LinkActivity to_host;
   LinkActivity to_device;
 };
+
+// While it lives, the copier queues no copy onto the link (DeviceCopier::hold_copies). Why:
+// CUDA's mapping calls wait for the copy engines, page by page. On an H200 setting access to a
+// 16 MiB page cost 0.5-1.1 ms while copies ran both ways and 37 µs with them held and drained
+// first (bench/vmm_costs.py, bench/RESULTS.md session 43); W3's paged allocator paid 140-210 µs
+// a page mapped beside TeraIO's copies.
+class CopyHold {
+ public:
+  virtual ~CopyHold() = default;
+  // Whether all that was on the link had finished before the wait for it ran out.
+  virtual bool quiet() const = 0;
+};
+
+// How long hold_copies waits for the copies on the link to finish: a window of 8 MiB pieces a
+// direction takes ~0.3 ms, a rest flushed in one piece up to ~40 ms (2 GiB at 50 GB/s). Past
+// this the hold stays on and the driver's calls pay for what still moves.
+inline constexpr double kCopyHoldWaitSeconds = 0.020;
 
 class DeviceCopier {
  public:
@@ -182,6 +203,13 @@ class DeviceCopier {
   // Each direction's activity since the last call (or since the copier was made), and starts
   // counting again; nothing where copies go straight onto a stream (issue order, host copier).
   virtual std::optional<LinkActivities> take_link_activity() { return std::nullopt; }
+  // Holds copies not yet on the link back (both directions) and waits, up to
+  // kCopyHoldWaitSeconds, until those on it have finished: for the paged allocator's driver
+  // calls (io/paged_device_memory). Copies a stream waits for still go on (their rests are
+  // queued by the waiting thread, and a device-side wait must not hang on a hold). nullptr
+  // where the copier cannot hold its copies: issue order puts each straight onto a stream,
+  // and the host copier has no link.
+  virtual std::unique_ptr<CopyHold> hold_copies() { return nullptr; }
   // Device memory for tests and benchmarks (cudaMalloc / aligned host memory).
   virtual void* allocate_device(std::size_t n) = 0;
   virtual void free_device(void* device) = 0;
