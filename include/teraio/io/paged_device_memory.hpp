@@ -6,10 +6,11 @@
 // any free pages serve any request. Like the caching allocator, a request is served in place by
 // the smallest freed block of its stream that holds it (the rest stays freed), and freed
 // neighbours are joined. A request that no freed block holds takes pages from the ends of freed
-// blocks and maps them after the largest freed block of its stream that has room after it in its
-// address range (or at a new address): stream order makes that safe without a wait on the
-// block's own stream, a device-side wait on an event covers other streams. Nothing waits on the
-// host, and only the pages taken are unmapped, once the device has run past their last use.
+// blocks, the smallest first, and maps them after the largest freed block of its stream that has
+// room after it in its address range (or at a new address): stream order makes that safe without
+// a wait on the block's own stream, a device-side wait on an event covers other streams. Nothing
+// waits on the host, and only the pages taken are unmapped, once the device has run past their
+// last use.
 #pragma once
 
 #include <cstddef>
