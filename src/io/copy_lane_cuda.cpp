@@ -219,7 +219,7 @@ void CopyLane::account() {
   const double s = std::chrono::duration<double>(now - marked_).count();
   marked_ = now;
   // The side stream moves data once the marker its front copy waits for has passed.
-  if (held_ > 0) activity_.held_for_driver_s += s;
+  if (held_ > 0 && !schedule_.empty()) activity_.held_for_driver_s += s;
   if (!queued_.empty() || side_moving()) {
     activity_.busy_s += s;
     if (holding_) activity_.held_s += s;
@@ -242,7 +242,7 @@ void CopyLane::hold() {
   ++activity_.holds;
 }
 
-void CopyLane::release() {
+void CopyLane::release() noexcept {
   {
     std::lock_guard lock(mutex_);
     account();
@@ -253,16 +253,9 @@ void CopyLane::release() {
 
 bool CopyLane::wait_idle(std::chrono::steady_clock::time_point until) {
   std::unique_lock lock(mutex_);
-  for (;;) {
-    // As the dispatcher looks: it may be asleep (nothing scheduled) while chunks still move.
-    retire_finished();
-    advance_markers();
-    if (queued_.empty() && !side_moving()) return true;
-    if (std::chrono::steady_clock::now() >= until) return false;
-    lock.unlock();
-    std::this_thread::sleep_for(std::chrono::microseconds(5));
-    lock.lock();
-  }
+  // While chunks are queued or the side stream holds copies the dispatcher looks every few
+  // microseconds, and it sleeps only once both are empty: the condition is seen either way.
+  return quiet_.wait_until(lock, until, [&] { return queued_.empty() && !side_moving(); });
 }
 
 LinkActivity CopyLane::take_activity() {
@@ -282,6 +275,7 @@ void CopyLane::run() {
     account();
     retire_finished();
     advance_markers();
+    if (held_ > 0 && queued_.empty() && !side_moving()) quiet_.notify_all();
     holding_ = false;
     if (queued_.size() < kWindow && held_ == 0) {
       if (options_.side_first && side_moving()) {

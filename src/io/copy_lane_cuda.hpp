@@ -68,8 +68,10 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   // DeviceCopier::hold_copies: while held (holds nest), the dispatcher queues no chunk; rests
   // flushed for a stream waiting still go on. wait_idle returns true once nothing of the lane's
   // moves on the link (its stream's chunks done, the side stream not moving), false at `until`.
+  // The dispatcher sees that and says so: the waiting thread (PyTorch's, in the allocator) makes
+  // no CUDA call here, and so cannot clear an error its own launches left for it to check.
   void hold();
-  void release();
+  void release() noexcept;
   bool wait_idle(std::chrono::steady_clock::time_point until);
   // The dispatcher's timer slack as it read it back (core/timer_slack).
   const PollingSlack& polling_slack() const { return slack_; }
@@ -135,6 +137,7 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   std::mutex mutex_;
   std::condition_variable work_;      // the dispatcher: a copy arrived or the lane stops
   std::condition_variable progress_;  // waiters: a copy completed
+  std::condition_variable quiet_;     // wait_idle: held, and nothing of the lane's on the link
   CopySchedule schedule_;
   std::unordered_map<CopySchedule::Id, std::shared_ptr<Copy>> scheduled_;
   std::deque<Queued> queued_;

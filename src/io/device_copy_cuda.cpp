@@ -54,22 +54,33 @@ class CudaCopyEvent final : public CopyEvent {
 // Both lanes held from its making to its end (DeviceCopier::hold_copies).
 class LaneHold final : public CopyHold {
  public:
-  explicit LaneHold(std::vector<std::shared_ptr<CopyLane>> lanes) : lanes_(std::move(lanes)) {
-    for (const auto& lane : lanes_) lane->hold();
+  explicit LaneHold(std::vector<std::shared_ptr<CopyLane>> lanes) {
+    // Each lane held joins lanes_ at once, so that a failure part-way releases those held.
+    try {
+      for (auto& lane : lanes) {
+        lane->hold();
+        lanes_.push_back(std::move(lane));
+      }
+    } catch (...) {
+      release();
+      throw;
+    }
     const auto until =
         std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                std::chrono::duration<double>(kCopyHoldWaitSeconds));
     quiet_ = true;
     for (const auto& lane : lanes_) quiet_ = lane->wait_idle(until) && quiet_;
   }
-  ~LaneHold() override {
-    for (const auto& lane : lanes_) lane->release();
-  }
+  ~LaneHold() override { release(); }
   LaneHold(const LaneHold&) = delete;
   LaneHold& operator=(const LaneHold&) = delete;
   bool quiet() const override { return quiet_; }
 
  private:
+  void release() noexcept {
+    for (const auto& lane : lanes_) lane->release();
+  }
+
   std::vector<std::shared_ptr<CopyLane>> lanes_;
   bool quiet_ = false;
 };

@@ -106,7 +106,15 @@ void PagedDeviceMemory::note_in_use(std::int64_t delta) {
 void PagedDeviceMemory::hold_copies() {
   if (!holder_ || hold_) return;
   const Stopwatch timed(stats_.copy_hold_s);
-  hold_ = holder_();
+  try {
+    hold_ = holder_();
+  } catch (const std::exception& e) {
+    // A hold only makes the driver's calls cheaper: the request goes on without one, said once.
+    if (!hold_failed_)
+      log::warn("paged device memory: holding the copies failed, mapping beside them: ", e.what());
+    hold_failed_ = true;
+    return;
+  }
   if (!hold_) return;
   ++stats_.copy_holds;
   if (!hold_->quiet()) ++stats_.copy_holds_not_quiet;
@@ -129,7 +137,9 @@ void* PagedDeviceMemory::allocate(std::uint64_t bytes, StreamHandle stream) {
   if (bytes == 0) return nullptr;
   const std::lock_guard lock(mutex_);
   const HoldEnds hold_ends(hold_);
-  unmap_retired(false);
+  // With a holder the pages retired are unmapped by the next request that maps, under its hold
+  // (take_block): a hold of their own would stop the copies for each few pages.
+  if (!holder_) unmap_retired(false);
   void* address = bytes <= kSmallLimit ? allocate_small(bytes, stream)
                                        : allocate_pages((bytes + page_ - 1) / page_, stream);
   ++stats_.allocations;
@@ -175,6 +185,12 @@ std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::take_block(std::uin
                                                                         StreamHandle stream) {
   Block* fits = best_cached(pages, stream);
   if (fits == nullptr) {
+    if (holder_) {
+      // The driver is called from here on: once the copies are held, the retired pages whose
+      // work is done go first, so that their addresses are room to grow into.
+      hold_copies();
+      unmap_retired(false);
+    }
     if (std::unique_ptr<Block> block = grown(pages, stream)) return block;
     return map_new(pages, stream);
   }
@@ -475,7 +491,7 @@ bool PagedDeviceMemory::all_passed(Marks& marks) {
 void PagedDeviceMemory::unmap(Range& range, DeviceAddress& address, std::uint64_t& pages) {
   // Progress is recorded page by page, so that a driver call failing part-way is not repeated
   // on pages already unmapped; a range whose unreserve failed is unreserved by a later call.
-  hold_copies();
+  if (pages > 0) hold_copies();
   const Stopwatch timed(stats_.unmap_s, &stats_.slow_unmaps, &stats_.slow_unmap_s);
   for (; pages > 0; --pages, address += page_) {
     driver_.unmap(address);

@@ -112,7 +112,7 @@ Session::Session(SessionConfig config)
     if (!paged_allocator_installed())
       throw Error(ErrorKind::kInvalidArgument,
                   "hold_copies_to_map holds copies for TeraIO's paged allocator, which is not installed "
-                  "(teraio.use_paged_allocator() before any CUDA work)");
+                  "(teraio.paged.install() before any CUDA work)");
     copy_holds_ = std::make_unique<PagedCopyHolds>(*copier_);
   }
   io::EngineConfig engine;

@@ -131,8 +131,8 @@ struct LinkActivity {
   // (CopyOrder::kDeadlineHostWaits, and kDeadlineHostWaitsIn to the device, while serving a
   // plan: DeviceCopier::serve_plan; 0 otherwise).
   double host_waited_s = 0;
-  // Holds (DeviceCopier::hold_copies) and, of the time above, the time the lane queued no chunk
-  // because one was on.
+  // Holds (DeviceCopier::hold_copies) and, of the time above, the time one was on while copies
+  // were scheduled (queued on no stream yet).
   std::uint64_t holds = 0;
   double held_for_driver_s = 0;
 };

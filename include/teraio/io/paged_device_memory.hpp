@@ -136,8 +136,11 @@ class PagedDeviceMemory {
   // From now on a request that calls the driver to map, unmap or make pages first asks `holder`
   // for a CopyHold (DeviceCopier::hold_copies) and keeps it until the request is served: the
   // driver's calls cost their idle price once the copy engines are quiet (session 43: set access
-  // 37 µs a 16 MiB page against 0.5-1.1 ms beside copies). `owner` names who set it; one holder
-  // at a time, the last one set.
+  // 37 µs a 16 MiB page against 0.5-1.1 ms beside copies). With a holder, the pages of freed
+  // blocks taken are unmapped by the next request that maps, under its hold, not by the first
+  // request after their work is done. `owner` names who set it; one holder at a time, the last
+  // one set (a second session's replaces the first's). A holder that throws leaves the request
+  // to go on without a hold (logged once).
   using CopyHolder = std::function<std::unique_ptr<CopyHold>()>;
   void hold_copies_with(const void* owner, CopyHolder holder);
   // Requests call the driver without a hold from now on, if `owner` set the holder (a later
@@ -242,6 +245,7 @@ class PagedDeviceMemory {
   CopyHolder holder_;
   const void* holder_owner_ = nullptr;
   std::unique_ptr<CopyHold> hold_;   // on from the request's first driver call to its end
+  bool hold_failed_ = false;         // a holder threw once: said in the log, not again
   PagedMemoryStats recorded_since_;  // the counters at the recording's last step mark
 };
 
