@@ -25,10 +25,12 @@ Session 43 found the calls 10-25 times dearer while copies run both ways (set ac
 a 16 MiB page with 8 MiB chunks, 39 µs idle). --copy-pause tests the remedy TeraIO's allocator
 could take: before each timed stretch of driver calls the copying threads stop queueing chunks
 and wait for those queued, and the stretch's time includes that wait; set access page by page
-then pauses the copies around each page (the most pauses a mapping could cost).
+then pauses the copies around each page (the most pauses a mapping could cost). --copy-ways in
+or out copies one way only: whether holding one direction would do.
 
     python3 bench/vmm_costs.py [--total 8GiB] [--pages 2MiB,32MiB] [--busy] [--resident 64GiB]
-                               [--copying 8MiB [--copy-wait poll|block] [--copy-pause]]
+                               [--copying 8MiB [--copy-wait poll|block] [--copy-ways both|in|out]
+                                [--copy-pause]]
                                [--json out.json]
 """
 from __future__ import annotations
@@ -117,8 +119,8 @@ def wait_for_event(driver, event, wait):
 
 
 class Copying:
-    """While open, copies of `chunk` bytes run both ways between pinned host memory and the device,
-    each way from a thread of its own on a stream of its own with `depth` chunks queued, as TeraIO's
+    """While open, copies of `chunk` bytes run between pinned host memory and the device, in each of
+    `ways` ("to_device", "to_host"; both unless given) from a thread of its own on a stream of its own with `depth` chunks queued, as TeraIO's
     copy lanes run them (copy_lane_cuda.cpp: a window of 2, a look every 5 µs with a 1 µs timer
     slack). wait="poll" looks whether the oldest chunk is done (cuEventQuery) every 5 µs;
     wait="block" blocks on it (events made with blocking sync: without it the driver spins). Each
@@ -129,17 +131,20 @@ class Copying:
     the threads queue nothing, and it opens once the chunks they had queued are done."""
 
     WAITS = ("poll", "block")
+    WAYS = ("to_device", "to_host")
 
-    def __init__(self, driver, chunk, wait="poll", buffer=256 * MIB, depth=2):
+    def __init__(self, driver, chunk, wait="poll", buffer=256 * MIB, depth=2, ways=WAYS):
         if wait not in self.WAITS:
             raise ValueError(f"copy wait must be one of {self.WAITS}, got {wait!r}")
+        if not ways or any(way not in self.WAYS for way in ways):
+            raise ValueError(f"copy ways must be some of {self.WAYS}, got {ways!r}")
         if chunk <= 0 or chunk > buffer:
             raise ValueError(f"a copy chunk must be 1 byte to {buffer} bytes, got {chunk}")
         self.driver, self.chunk, self.wait, self.depth = driver, chunk, wait, depth
         self.count = buffer // chunk
         self.buffers = {way: (torch.empty(buffer, dtype=torch.uint8, pin_memory=True),
                               torch.empty(buffer, dtype=torch.uint8, device="cuda"))
-                        for way in ("to_device", "to_host")}
+                        for way in ways}
         self.stop = threading.Event()
         self.hush = threading.Event()  # set: queue nothing more
         self.hushed = {way: threading.Event() for way in self.buffers}  # set: nothing of it queued
@@ -366,9 +371,11 @@ def describe_copying(copying, paused=False):
     "no" without."""
     if not isinstance(copying, Copying):
         return "no"
-    rates = "/".join(f"{copying.gb_per_s.get(way, 0):.1f}" for way in ("to_device", "to_host"))
+    rates = "/".join(f"{copying.gb_per_s.get(way, 0):.1f}" for way in Copying.WAYS)
     pause = ", paused for the calls" if paused else ""
-    return f"{copying.chunk / MIB:g} MiB chunks, {copying.wait}{pause}, {rates} GB/s in/out"
+    ways = "" if len(copying.buffers) == len(Copying.WAYS) else (" into the device only" if "to_device" in
+                                                                   copying.buffers else " out of the device only")
+    return f"{copying.chunk / MIB:g} MiB chunks{ways}, {copying.wait}{pause}, {rates} GB/s in/out"
 
 
 def main():
@@ -385,6 +392,9 @@ def main():
     p.add_argument("--copy-wait", choices=Copying.WAITS, default="poll",
                    help="how the copying threads wait for their chunks: poll every 5 µs, as TeraIO's "
                         "dispatchers do, or block (default %(default)s)")
+    p.add_argument("--copy-ways", choices=("both", "in", "out"), default="both",
+                   help="with --copying: copies both ways, into the device only or out of it only (whether the "
+                        "allocator need hold one direction only; default %(default)s)")
     p.add_argument("--copy-pause", action="store_true",
                    help="with --copying: the copies stop and drain before each timed stretch of calls "
                         "(its time included), as TeraIO's allocator could pause its copier to map")
@@ -394,6 +404,7 @@ def main():
     pages = [parse_size(size) for size in args.pages.split(",")]
     if args.copy_pause and not chunk:
         p.error("--copy-pause pauses the copies of --copying: give --copying too")
+    ways = {"both": Copying.WAYS, "in": ("to_device",), "out": ("to_host",)}[args.copy_ways]
     if not torch.cuda.is_available():
         raise SystemExit("vmm_costs.py needs a CUDA device")
     torch.zeros(1, device="cuda")  # the primary context, current on this thread
@@ -401,7 +412,7 @@ def main():
     rows = []
     for page in pages:
         with resident(driver, page, resident_bytes) as held:
-            copying = Copying(driver, chunk, args.copy_wait) if chunk else contextlib.nullcontext()
+            copying = Copying(driver, chunk, args.copy_wait, ways=ways) if chunk else contextlib.nullcontext()
             around = copying.quiet if args.copy_pause else contextlib.nullcontext
             with copying:
                 rows.append(measure(driver, page, total, busy_s=5.0 if args.busy else 0.0, around=around))

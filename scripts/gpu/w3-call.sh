@@ -46,6 +46,8 @@
 #   VMM=paused                        instead: idle, copies polling in 8 MiB chunks, the same paused for
 #                                     the calls (--copy-pause), blocking and paused, 32 MiB paused
 #                                     (session 43's call 5; about 35 s)
+#   VMM=oneway                        instead: idle, copies both ways, into the device only, out only
+#                                     (8 MiB, polling; about 30 s)
 # Run from the repository root; carry .deps.
 set -uo pipefail
 start=$SECONDS
@@ -94,6 +96,9 @@ if [ -n "${VMM:-}" ]; then
   # (session 43: set access 37 µs a page paused against 908 beside copies).
   [ "$VMM" = paused ] && conditions=("" "--copying 8MiB" "--copying 8MiB --copy-pause"
     "--copying 8MiB --copy-wait block --copy-pause" "--copying 32MiB --copy-pause")
+  # Whether copies one way only make the calls dear (then the allocator need hold only that lane).
+  [ "$VMM" = oneway ] && conditions=("" "--copying 8MiB" "--copying 8MiB --copy-ways in"
+    "--copying 8MiB --copy-ways out")
   for condition in "${conditions[@]}"; do
     # shellcheck disable=SC2086  # the condition is a list of options
     timeout 120 python3 bench/vmm_costs.py --total 4GiB --pages 16MiB $condition 2>&1 |

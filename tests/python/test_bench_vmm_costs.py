@@ -103,13 +103,16 @@ def test_bad_copy_options_are_refused_and_no_copies_read_no():
         vmm_costs.Copying(FakeDriver(), 8 << 20, wait="spin")
     with pytest.raises(ValueError, match="copy chunk"):
         vmm_costs.Copying(FakeDriver(), 512 << 20)
+    with pytest.raises(ValueError, match="copy ways"):
+        vmm_costs.Copying(FakeDriver(), 8 << 20, ways=("sideways",))
     assert vmm_costs.describe_copying(vmm_costs.contextlib.nullcontext()) == "no"
 
 
 def test_the_busy_resident_and_copying_options_exist_and_a_cpu_machine_is_refused():
     shown = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0
-    assert all(option in shown.stdout for option in ("--busy", "--resident", "--copying", "--copy-wait", "--copy-pause"))
+    assert all(option in shown.stdout for option in ("--busy", "--resident", "--copying", "--copy-wait", "--copy-pause",
+                                                     "--copy-ways"))
     unpaused = subprocess.run([sys.executable, str(SCRIPT), "--copy-pause"], capture_output=True, text=True, timeout=60)
     assert unpaused.returncode == 2 and "give --copying too" in unpaused.stderr
     if torch.cuda.is_available():
@@ -207,3 +210,13 @@ def test_quiet_opens_only_once_both_threads_have_nothing_queued_and_lets_them_go
     with pytest.raises(RuntimeError, match="stopped before they were quiet"):
         with copying.quiet():
             pass
+
+
+def test_a_row_of_copies_one_way_says_which():
+    copying = vmm_costs.Copying.__new__(vmm_costs.Copying)  # no device: only what the words read
+    copying.chunk, copying.wait, copying.gb_per_s = 8 << 20, "poll", {"to_device": 50.0}
+    copying.buffers = {"to_device": None}
+    assert vmm_costs.describe_copying(copying, paused=True) == (
+        "8 MiB chunks into the device only, poll, paused for the calls, 50.0/0.0 GB/s in/out")
+    copying.buffers = {"to_device": None, "to_host": None}
+    assert vmm_costs.describe_copying(copying) == "8 MiB chunks, poll, 50.0/0.0 GB/s in/out"
