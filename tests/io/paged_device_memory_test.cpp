@@ -73,7 +73,10 @@ class FakePageDriver final : public PageDriver {
     if (held_.contains(stream)) pending_.insert(id);
     return reinterpret_cast<StreamMark>(id);
   }
-  bool passed(StreamMark mark) override { return !pending_.contains(reinterpret_cast<std::uintptr_t>(mark)); }
+  bool passed(StreamMark mark) override {
+    ++passed_calls;
+    return !pending_.contains(reinterpret_cast<std::uintptr_t>(mark));
+  }
   void wait(StreamHandle stream, StreamMark mark) override {
     waits.emplace_back(stream, stream_of_.at(reinterpret_cast<std::uintptr_t>(mark)));
   }
@@ -96,6 +99,7 @@ class FakePageDriver final : public PageDriver {
 
   std::vector<std::pair<StreamHandle, StreamHandle>> waits;  // (waiting stream, mark's stream)
   int synchronized = 0;
+  int passed_calls = 0;
   std::chrono::milliseconds access_delay{0};  // each allow_access call takes this long
   std::chrono::milliseconds unmap_delay{0};   // and each unmap call
   // The call that many calls from now fails (1: the next one); 0 never.
@@ -189,6 +193,34 @@ TEST(PagedDeviceMemory, ARequestLongerThanAnyFreedBlockTakesThePagesOfSeveral) {
   EXPECT_EQ(stats.out_of_memory, 0U);
   memory.free(big);
   memory.free(small);
+}
+
+// Freed blocks taken while the device is behind stay mapped at their old addresses until their
+// work is done; a request meanwhile looks at the oldest only, not at each (W3 retires ~1 300 a
+// step, and every request looks).
+TEST(PagedDeviceMemory, ARequestLooksAtTheOldestRetiredPagesOnlyWhileTheirWorkRuns) {
+  FakePageDriver driver(12);
+  PagedDeviceMemory memory(driver);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 6; ++i) blocks.push_back(memory.allocate(2 * kPage, kCompute));
+  driver.hold(kCompute);
+  for (void* block : blocks) memory.free(block);
+  void* big = memory.allocate(11 * kPage, kCompute);  // 5 blocks taken whole, one cut
+  ASSERT_GE(memory.stats().taken_blocks, 5U);
+  const int before = driver.passed_calls;
+  std::vector<void*> small;
+  for (int i = 0; i < 10; ++i) small.push_back(memory.allocate(100, kCompute));
+  EXPECT_LE(driver.passed_calls - before, 10 + 2) << "one look a request (and the slab's own)";
+  driver.finish(kCompute);
+  memory.free(small.back());
+  small.pop_back();
+  small.push_back(memory.allocate(100, kCompute));  // every retired block's work is done now
+  const auto still_mapped = std::count_if(blocks.begin(), blocks.end(), [&](void* block) {
+    return driver.mapped_at(reinterpret_cast<DeviceAddress>(block));
+  });
+  EXPECT_EQ(still_mapped, 1) << "only the block cut, whose head stays freed and mapped";
+  for (void* block : small) memory.free(block);
+  memory.free(big);
 }
 
 TEST(PagedDeviceMemory, PagesOfAnotherStreamsBlockWaitOnTheDeviceForItsWork) {

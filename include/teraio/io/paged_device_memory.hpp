@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -235,7 +236,7 @@ class PagedDeviceMemory {
   std::map<DeviceAddress, std::unique_ptr<Block>> freed_;
   std::map<StreamHandle, std::multimap<std::uint64_t, Block*>> cached_;
   std::uint64_t cached_pages_ = 0;  // of the blocks in cached_
-  std::vector<Retired> retired_;
+  std::deque<Retired> retired_;     // oldest first
   std::unordered_map<DeviceAddress, SmallLive> small_live_;
   std::map<std::pair<StreamHandle, std::size_t>, std::vector<SmallChunk>> small_free_;
   std::vector<std::unique_ptr<Block>> slabs_;
