@@ -67,8 +67,14 @@ struct PagedDeviceMemory::Marks {
   }
 };
 
-PagedDeviceMemory::PagedDeviceMemory(PageDriver& driver)
-    : driver_(driver), page_(driver.page_bytes()), cap_pages_(driver.device_bytes() / driver.page_bytes()) {
+PagedDeviceMemory::PagedDeviceMemory(PageDriver& driver, std::uint64_t range_lengths)
+    : driver_(driver),
+      page_(driver.page_bytes()),
+      range_lengths_(range_lengths),
+      cap_pages_(driver.device_bytes() / driver.page_bytes()) {
+  if (range_lengths_ == 0)
+    throw Error(ErrorKind::kInvalidArgument,
+                "paged device memory: an address range is at least its block long");
   if (page_ < kSmallLimit || !std::has_single_bit(page_))
     throw Error(ErrorKind::kInvalidArgument,
                 cat("paged device memory needs pages of a power of two of at least ", kSmallLimit,
@@ -245,18 +251,19 @@ std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::map_new(std::uint64
   auto block = std::make_unique<Block>();
   block->stream = stream;
   try {
-    block->address = driver_.reserve(2 * pages * page_);
+    block->address = driver_.reserve(range_lengths_ * pages * page_);
   } catch (...) {
     free_again(got);
     throw;
   }
-  block->range = std::make_shared<Range>(Range{block->address, 2 * pages, 0, std::vector<bool>(2 * pages)});
+  block->range = std::make_shared<Range>(
+      Range{block->address, range_lengths_ * pages, 0, std::vector<bool>(range_lengths_ * pages)});
   try {
     map_into(block->range, block->address, got);
   } catch (...) {
     if (block->range->mapped == 0) {
       block->range->unreserved = true;
-      driver_.unreserve(block->address, 2 * pages * page_);
+      driver_.unreserve(block->address, range_lengths_ * pages * page_);
     }
     throw;
   }

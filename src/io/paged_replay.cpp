@@ -62,6 +62,7 @@ PagedReplayOptions resolved(const PagedReplayOptions& options, const PagedRecord
   PagedReplayOptions out = options;
   if (out.page_bytes == 0) out.page_bytes = recording.page_bytes();
   if (out.cap_bytes == 0) out.cap_bytes = recording.cap_bytes();
+  if (out.range_lengths == 0) out.range_lengths = PagedDeviceMemory::kRangeLengths;
   return out;
 }
 
@@ -71,7 +72,7 @@ std::vector<PagedReplayStep> replay(const PagedRecording& recording, const Paged
     throw Error(ErrorKind::kInvalidArgument, cat("a replay needs a page and a cap of at least a page (page ",
                                                  options.page_bytes, ", cap ", options.cap_bytes, ")"));
   CountingDriver driver(options.page_bytes, options.cap_bytes, options.lag);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, options.range_lengths);
   // Streams as the recording numbered them; the handle only has to tell them apart.
   const auto stream = [](std::uint32_t number) {
     return reinterpret_cast<StreamHandle>(std::uintptr_t{number} + 1);

@@ -15,6 +15,9 @@ namespace teraio::io {
 namespace {
 
 constexpr std::uint64_t kPage = std::uint64_t{2} << 20;
+// The tests' address ranges are twice a block's first length, as their comments count slots (the
+// default, PagedDeviceMemory::kRangeLengths, has its own test).
+constexpr std::uint64_t kRanges = 2;
 
 class FakePageDriver final : public PageDriver {
  public:
@@ -145,7 +148,7 @@ const StreamHandle kCopy = stream(7);
 
 TEST(PagedDeviceMemory, AFreedBlockIsHandedAgainToTheSameSizeOnItsStreamWithoutMapping) {
   FakePageDriver driver(16);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   driver.hold(kCompute);  // the device is behind: stream order alone makes the reuse safe
   void* first = memory.allocate(3 * kPage - 100, kCompute);
   memory.free(first);
@@ -162,7 +165,7 @@ TEST(PagedDeviceMemory, AFreedBlockIsHandedAgainToTheSameSizeOnItsStreamWithoutM
 
 TEST(PagedDeviceMemory, ARequestLongerThanAnyFreedBlockTakesThePagesOfSeveral) {
   FakePageDriver driver(10);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   std::vector<void*> blocks;
   for (int i = 0; i < 5; ++i) blocks.push_back(memory.allocate(2 * kPage, kCompute));
   std::set<PageHandle> first_pages;
@@ -200,7 +203,7 @@ TEST(PagedDeviceMemory, ARequestLongerThanAnyFreedBlockTakesThePagesOfSeveral) {
 // step, and every request looks).
 TEST(PagedDeviceMemory, ARequestLooksAtTheOldestRetiredPagesOnlyWhileTheirWorkRuns) {
   FakePageDriver driver(12);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   std::vector<void*> blocks;
   for (int i = 0; i < 6; ++i) blocks.push_back(memory.allocate(2 * kPage, kCompute));
   driver.hold(kCompute);
@@ -225,7 +228,7 @@ TEST(PagedDeviceMemory, ARequestLooksAtTheOldestRetiredPagesOnlyWhileTheirWorkRu
 
 TEST(PagedDeviceMemory, PagesOfAnotherStreamsBlockWaitOnTheDeviceForItsWork) {
   FakePageDriver driver(4);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* on_copy = memory.allocate(4 * kPage, kCopy);
   driver.hold(kCopy);
   memory.free(on_copy);
@@ -243,7 +246,7 @@ TEST(PagedDeviceMemory, PagesOfAnotherStreamsBlockWaitOnTheDeviceForItsWork) {
 
 TEST(PagedDeviceMemory, TheRestOfASplitBlockKeepsItsStreamsWait) {
   FakePageDriver driver(6);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* on_copy = memory.allocate(6 * kPage, kCopy);
   driver.hold(kCopy);
   memory.free(on_copy);
@@ -260,7 +263,7 @@ TEST(PagedDeviceMemory, TheRestOfASplitBlockKeepsItsStreamsWait) {
 
 TEST(PagedDeviceMemory, AFreedBlockServesAShorterRequestInPlaceAndKeepsTheRest) {
   FakePageDriver driver(16);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* whole = memory.allocate(6 * kPage, kCompute);
   memory.free(whole);
   void* front = memory.allocate(2 * kPage, kCompute);
@@ -277,7 +280,7 @@ TEST(PagedDeviceMemory, AFreedBlockServesAShorterRequestInPlaceAndKeepsTheRest) 
 
 TEST(PagedDeviceMemory, AFreedBlockGrowsIntoTheFreeEndOfItsRangeMappingOnlyTheShortfall) {
   FakePageDriver driver(16);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* first = memory.allocate(3 * kPage, kCompute);  // its range has room for 6 pages
   memory.free(first);
   void* longer = memory.allocate(5 * kPage, kCompute);
@@ -294,9 +297,24 @@ TEST(PagedDeviceMemory, AFreedBlockGrowsIntoTheFreeEndOfItsRangeMappingOnlyTheSh
   memory.free(too_long);
 }
 
+TEST(PagedDeviceMemory, ByDefaultABlocksRangeIsEightTimesItsLengthAndNeverZero) {
+  FakePageDriver driver(32);
+  PagedDeviceMemory memory(driver);
+  void* first = memory.allocate(2 * kPage, kCompute);
+  memory.free(first);
+  void* grown = memory.allocate(16 * kPage, kCompute);
+  EXPECT_EQ(grown, first) << "grown in place to the range's end";
+  EXPECT_EQ(memory.stats().pages_mapped, 16U);
+  memory.free(grown);
+  void* beyond = memory.allocate(17 * kPage, kCompute);
+  EXPECT_NE(beyond, first);
+  memory.free(beyond);
+  EXPECT_THROW(PagedDeviceMemory(driver, 0), Error);
+}
+
 TEST(PagedDeviceMemory, AFreedBlockDoesNotGrowOverAHoleIntoAMappedPage) {
   FakePageDriver driver(6);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* first = memory.allocate(3 * kPage, kCompute);  // a range of 6 slots
   memory.free(first);
   memory.free(memory.allocate(5 * kPage, kCompute));  // grown to slots 0-4
@@ -317,7 +335,7 @@ TEST(PagedDeviceMemory, AFreedBlockDoesNotGrowOverAHoleIntoAMappedPage) {
 
 TEST(PagedDeviceMemory, FreedNeighboursJoinToServeARequestAsLongAsBoth) {
   FakePageDriver driver(5);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* whole = memory.allocate(5 * kPage, kCompute);
   memory.free(whole);
   void* left = memory.allocate(2 * kPage, kCompute);
@@ -332,7 +350,7 @@ TEST(PagedDeviceMemory, FreedNeighboursJoinToServeARequestAsLongAsBoth) {
 
 TEST(PagedDeviceMemory, PagesAreTakenFromTheEndOfALargerFreedBlockWhichKeepsTheRest) {
   FakePageDriver driver(8);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* big = memory.allocate(8 * kPage, kCompute);
   memory.free(big);
   void* on_copy = memory.allocate(3 * kPage, kCopy);  // another stream: no block of its own
@@ -353,7 +371,7 @@ TEST(PagedDeviceMemory, PagesAreTakenFromTheEndOfALargerFreedBlockWhichKeepsTheR
 
 TEST(PagedDeviceMemory, ABlockRecordedOnAnotherStreamIsNotHandedOutBeforeThatStreamIsDone) {
   FakePageDriver driver(8);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* block = memory.allocate(2 * kPage, kCompute);
   memory.record_use(block, kCopy);
   driver.hold(kCopy);
@@ -369,7 +387,7 @@ TEST(PagedDeviceMemory, ABlockRecordedOnAnotherStreamIsNotHandedOutBeforeThatStr
 
 TEST(PagedDeviceMemory, TakingTheRecordedBlocksPagesWaitsForTheStreamThatUsedIt) {
   FakePageDriver driver(2);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* block = memory.allocate(2 * kPage, kCompute);
   memory.record_use(block, kCopy);
   driver.hold(kCopy);
@@ -384,7 +402,7 @@ TEST(PagedDeviceMemory, TakingTheRecordedBlocksPagesWaitsForTheStreamThatUsedIt)
 
 TEST(PagedDeviceMemory, BlocksInUseUpToTheCapMakeTheNextRequestOutOfMemory) {
   FakePageDriver driver(16);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   memory.set_cap(5 * kPage + 1000);
   EXPECT_EQ(memory.cap(), 5 * kPage);
   void* a = memory.allocate(3 * kPage, kCompute);
@@ -407,7 +425,7 @@ TEST(PagedDeviceMemory, BlocksInUseUpToTheCapMakeTheNextRequestOutOfMemory) {
 
 TEST(PagedDeviceMemory, ADeviceThatRefusesPagesBelowTheCapLeavesTheFreedBlocksToServe) {
   FakePageDriver driver(4);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   memory.set_cap(100 * kPage);
   void* a = memory.allocate(4 * kPage, kCompute);
   memory.free(a);
@@ -424,7 +442,7 @@ TEST(PagedDeviceMemory, ADeviceThatRefusesPagesBelowTheCapLeavesTheFreedBlocksTo
 
 TEST(PagedDeviceMemory, SmallRequestsShareASlabAndAFreedChunkServesItsClassAgain) {
   FakePageDriver driver(8);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* a = memory.allocate(100, kCompute);
   void* b = memory.allocate(512, kCompute);
   void* c = memory.allocate(513, kCompute);  // the next class, another slab
@@ -445,7 +463,7 @@ TEST(PagedDeviceMemory, SmallRequestsShareASlabAndAFreedChunkServesItsClassAgain
 
 TEST(PagedDeviceMemory, EmptyCacheGivesEveryPageNotInUseBackToTheDevice) {
   FakePageDriver driver(16);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* kept = memory.allocate(2 * kPage, kCompute);
   void* freed = memory.allocate(5 * kPage, kCompute);
   void* small = memory.allocate(64, kCompute);
@@ -463,7 +481,7 @@ TEST(PagedDeviceMemory, EmptyCacheGivesEveryPageNotInUseBackToTheDevice) {
 
 TEST(PagedDeviceMemory, AnAddressItDidNotHandOutIsRefused) {
   FakePageDriver driver(4);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   int local = 0;
   EXPECT_THROW(memory.free(&local), Error);
   EXPECT_FALSE(memory.record_use(&local, kCopy)) << "PyTorch records streams on empty tensors too";
@@ -474,7 +492,7 @@ TEST(PagedDeviceMemory, AnAddressItDidNotHandOutIsRefused) {
 TEST(PagedDeviceMemory, ClosingUnmapsAndReleasesEverythingNotInUse) {
   FakePageDriver driver(6);
   {
-    PagedDeviceMemory memory(driver);
+    PagedDeviceMemory memory(driver, kRanges);
     void* a = memory.allocate(3 * kPage, kCompute);
     void* b = memory.allocate(2 * kPage, kCopy);
     memory.allocate(10, kCompute);
@@ -488,7 +506,7 @@ TEST(PagedDeviceMemory, ClosingUnmapsAndReleasesEverythingNotInUse) {
 
 TEST(PagedDeviceMemory, ARequestThatCannotBeMetLeavesTheFreedBlocksWhole) {
   FakePageDriver driver(8);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* kept = memory.allocate(4 * kPage, kCompute);
   void* freed = memory.allocate(3 * kPage, kCompute);
   memory.free(freed);
@@ -502,7 +520,7 @@ TEST(PagedDeviceMemory, ARequestThatCannotBeMetLeavesTheFreedBlocksWhole) {
 
 TEST(PagedDeviceMemory, ACapOfZeroAllowsNothing) {
   FakePageDriver driver(8);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   memory.set_cap(0);
   EXPECT_THROW(memory.allocate(kPage + 1, kCompute), Error);
   EXPECT_THROW(memory.allocate(10, kCompute), Error);
@@ -510,7 +528,7 @@ TEST(PagedDeviceMemory, ACapOfZeroAllowsNothing) {
 
 TEST(PagedDeviceMemory, ASmallSlabCountsOnlyItsChunksAsInUse) {
   FakePageDriver driver(8);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* chunk = memory.allocate(512, kCompute);
   EXPECT_EQ(memory.stats().peak_in_use_bytes, 512U);
   EXPECT_EQ(memory.stats().held_bytes, kPage);
@@ -519,7 +537,7 @@ TEST(PagedDeviceMemory, ASmallSlabCountsOnlyItsChunksAsInUse) {
 
 TEST(PagedDeviceMemory, AMappingThatFailsPartWayLeavesNothingBehind) {
   FakePageDriver driver(16);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   driver.fail_map_in = 3;
   EXPECT_THROW(memory.allocate(4 * kPage, kCompute), Error);
   EXPECT_EQ(driver.mappings(), 0U);
@@ -532,7 +550,7 @@ TEST(PagedDeviceMemory, AMappingThatFailsPartWayLeavesNothingBehind) {
 
 TEST(PagedDeviceMemory, AnEventThatFailsWhenFreeingLeavesTheBlockToFreeAgain) {
   FakePageDriver driver(8);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* block = memory.allocate(4 * kPage, kCompute);
   driver.fail_mark_in = 1;
   EXPECT_THROW(memory.free(block), Error);
@@ -543,7 +561,7 @@ TEST(PagedDeviceMemory, AnEventThatFailsWhenFreeingLeavesTheBlockToFreeAgain) {
 
 TEST(PagedDeviceMemory, AnUnmapThatFailsWhileEmptyingNeverHandsOutAnUnmappedAddress) {
   FakePageDriver driver(8);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* a = memory.allocate(2 * kPage, kCompute);
   void* b = memory.allocate(2 * kPage, kCopy);
   memory.free(a);
@@ -564,7 +582,7 @@ TEST(PagedDeviceMemory, AnUnmapThatFailsWhileEmptyingNeverHandsOutAnUnmappedAddr
 TEST(PagedDeviceMemory, LargerPagesRoundBlocksUpAndMakeLargerSlabs) {
   constexpr std::uint64_t kLarge = std::uint64_t{32} << 20;
   FakePageDriver driver(8, kLarge);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* block = memory.allocate(40 << 20, kCompute);
   EXPECT_EQ(memory.stats().in_use_bytes, 2 * kLarge);
   EXPECT_EQ(memory.stats().pages_mapped, 2U);
@@ -577,7 +595,7 @@ TEST(PagedDeviceMemory, LargerPagesRoundBlocksUpAndMakeLargerSlabs) {
 
 TEST(PagedDeviceMemory, AnUnreserveThatFailsIsTriedAgainWithoutUnmappingTwice) {
   FakePageDriver driver(8);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   memory.free(memory.allocate(2 * kPage, kCompute));
   driver.fail_unreserve_in = 1;
   EXPECT_THROW(memory.empty_cache(), Error);
@@ -591,7 +609,7 @@ TEST(PagedDeviceMemory, AnUnreserveThatFailsIsTriedAgainWithoutUnmappingTwice) {
 
 TEST(PagedDeviceMemory, ARequestThatCannotGrowOrBeMappedCountsOneRefusal) {
   FakePageDriver driver(4);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* kept = memory.allocate(2 * kPage, kCompute);
   memory.free(memory.allocate(2 * kPage, kCompute));
   EXPECT_THROW(memory.allocate(3 * kPage, kCompute), Error);
@@ -622,7 +640,7 @@ TEST(PagedDeviceMemory, PagesSmallerThanTheSmallestSlabAreRefused) {
 
 TEST(PagedDeviceMemory, TheTimeSettingAccessIsCountedApartAndWithinTheMappingTime) {
   FakePageDriver driver(16);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   driver.access_delay = std::chrono::milliseconds(20);
   void* block = memory.allocate(3 * kPage, kCompute);  // one range mapped, access set once
   const PagedMemoryStats stats = memory.stats();
@@ -637,7 +655,7 @@ TEST(PagedDeviceMemory, TheTimeSettingAccessIsCountedApartAndWithinTheMappingTim
 // ones are not.
 TEST(PagedDeviceMemory, DriverStretchesOverTenMillisecondsAreCountedWithTheirTime) {
   FakePageDriver driver(16);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* quick = memory.allocate(2 * kPage, kCompute);
   EXPECT_EQ(memory.stats().slow_maps, 0U);
   driver.access_delay = std::chrono::milliseconds(15);
@@ -688,7 +706,7 @@ class FakeCopyHolder {
 // page: session 43), one hold a request, from its first driver call until it is served.
 TEST(PagedDeviceMemory, ARequestThatCallsTheDriverHoldsTheCopiesOnceUntilItIsServed) {
   FakePageDriver driver(10);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   FakeCopyHolder copies;
   driver.holds_alive = &copies.alive;
   memory.hold_copies_with(&copies, copies.holder());
@@ -739,7 +757,7 @@ TEST(PagedDeviceMemory, ARequestThatCallsTheDriverHoldsTheCopiesOnceUntilItIsSer
 
 TEST(PagedDeviceMemory, OnlyTheOwnerOfTheHolderStopsTheHolds) {
   FakePageDriver driver(10);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   FakeCopyHolder copies;
   int someone_else = 0;
   memory.hold_copies_with(&copies, copies.holder());
@@ -758,7 +776,7 @@ TEST(PagedDeviceMemory, OnlyTheOwnerOfTheHolderStopsTheHolds) {
 // and one that throws leaves the request to be served without a hold.
 TEST(PagedDeviceMemory, AFailedRequestEndsItsHoldAndAnEmptyHoldIsNotCounted) {
   FakePageDriver driver(10);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   FakeCopyHolder copies;
   memory.hold_copies_with(&copies, copies.holder());
   driver.fail_map_in = 2;
@@ -784,7 +802,7 @@ TEST(PagedDeviceMemory, AFailedRequestEndsItsHoldAndAnEmptyHoldIsNotCounted) {
 // 31-54% fewer pages than taking the covering block, else the largest, first).
 TEST(PagedDeviceMemory, TheSmallFreedBlocksGiveTheirPagesFirstSoThatALargeOneStaysWhole) {
   FakePageDriver driver(12);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   // Blocks of 2, 2 and 4 pages that fill their address ranges (each grown in place to twice its
   // first length), so that none can grow, and a live block of 4: the device's 12 pages.
   const auto filling = [&](std::uint64_t pages) {
@@ -813,7 +831,7 @@ TEST(PagedDeviceMemory, TheSmallFreedBlocksGiveTheirPagesFirstSoThatALargeOneSta
 // replay has; then every request as served, with the steps marked, until it is taken.
 TEST(PagedDeviceMemory, ARecordingKeepsTheLiveBlocksThenEveryRequestUntilTaken) {
   FakePageDriver driver(16);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   EXPECT_EQ(memory.take_recording(), nullptr);
   memory.mark_step();  // nothing under way: nothing happens
   void* before = memory.allocate(3 * kPage - 100, kCompute);
@@ -861,7 +879,7 @@ TEST(PagedDeviceMemory, ARecordingKeepsTheLiveBlocksThenEveryRequestUntilTaken) 
 // with them; a free that fails (its event could not be made) is no free in the recording either.
 TEST(PagedDeviceMemory, ARecordingStartsWithTheFreedBlocksAndLeavesOutAFailedFree) {
   FakePageDriver driver(16);
-  PagedDeviceMemory memory(driver);
+  PagedDeviceMemory memory(driver, kRanges);
   void* cached = memory.allocate(2 * kPage, kCopy);
   memory.free(cached);
   memory.start_recording();

@@ -197,6 +197,20 @@ TEST(PagedReplay, ABiggerPageOrASmallerCapChangesWhatTheSameRequestsCost) {
   EXPECT_EQ(smaller[0].counts.pages_mapped, 3U);
 }
 
+TEST(PagedReplay, LongerAddressRangesLetAFreedBlockGrowWhereShorterOnesMapItAnew) {
+  // 2 pages, freed, then 5: a range twice as long as 2 pages has no room for 5.
+  const PagedRecording recording =
+      recorded(16 * kPage, {allocate(1, 2 * kPage), free_of(1), kStep, allocate(2, 5 * kPage), kStep});
+  const auto twice = replay(recording, {.range_lengths = 2});
+  ASSERT_EQ(twice.size(), 2U);
+  EXPECT_EQ(twice[1].counts.grown_blocks, 0U);
+  EXPECT_EQ(twice[1].counts.pages_mapped, 5U);
+  const auto by_default = replay(recording, {});  // PagedDeviceMemory::kRangeLengths, 8
+  EXPECT_EQ(by_default[1].counts.grown_blocks, 1U);
+  EXPECT_EQ(by_default[1].counts.pages_mapped, 3U);
+  EXPECT_EQ(resolved({}, recording).range_lengths, PagedDeviceMemory::kRangeLengths);
+}
+
 TEST(PagedReplay, RequestsThatContradictThemselvesAreRefused) {
   PagedRecording recording(kPage, 8 * kPage);
   const std::string path = temp_path("contradiction.txt");

@@ -4,7 +4,7 @@
 // reuses, grows and takes apart, beside what the allocator counted in the same step. With
 // `--page` or `--cap` other than the recording's, what another page size or cap would have done
 // with the same requests; `--lag` holds freed blocks back from other streams as a device behind
-// the host does.
+// the host does; `--range-lengths` sets how long a new block's address range is.
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -51,10 +51,12 @@ nlohmann::ordered_json step_json(const io::PagedReplayStep& step, std::uint64_t 
 }
 
 void print_table(const io::PagedRecording& recording, const std::vector<io::PagedReplayStep>& steps,
-                 std::uint64_t page, std::uint64_t cap, std::uint64_t lag) {
-  std::printf("%zu requests, %zu steps; pages of %s, cap %s, lag %llu requests\n\n",
-              recording.requests().size(), steps.size(), format_bytes(page).c_str(),
-              format_bytes(cap).c_str(), static_cast<Count>(lag));
+                 const io::PagedReplayOptions& ran) {
+  std::printf("%zu requests, %zu steps; pages of %s, cap %s, lag %llu requests, ranges %llu blocks long\n\n",
+              recording.requests().size(), steps.size(), format_bytes(ran.page_bytes).c_str(),
+              format_bytes(ran.cap_bytes).c_str(), static_cast<Count>(ran.lag),
+              static_cast<Count>(ran.range_lengths));
+  const std::uint64_t page = ran.page_bytes;
   std::printf("%4s %11s %9s %7s %7s %6s %6s %6s %8s %11s %6s %7s\n", "step", "allocations", "reused", "split",
               "joined", "grown", "mapped", "taken", "pages", "bytes", "waits", "refused");
   for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -90,6 +92,8 @@ int run_paged_replay(const std::vector<std::string>& args) {
   opts.add("page", "page size to replay with (default: the recording's)", "0");
   opts.add("cap", "the most bytes of pages held (default: the recording's cap)", "0");
   opts.add("lag", "requests after its free before a block counts as done on its streams", "0");
+  opts.add("range-lengths", "a new block's address range, in its own lengths (default: the allocator's, 8)",
+           "0");
   opts.add_flag("json", "print JSON instead of a table");
   if (!opts.parse(args)) {
     std::printf("%s", opts.help().c_str());
@@ -102,19 +106,26 @@ int run_paged_replay(const std::vector<std::string>& args) {
   replay_options.page_bytes = opts.bytes("page");
   replay_options.cap_bytes = opts.bytes("cap");
   replay_options.lag = static_cast<std::uint64_t>(lag);
+  const std::int64_t range_lengths = opts.integer("range-lengths");
+  if (range_lengths < 0)
+    throw Error(ErrorKind::kInvalidArgument,
+                cat("--range-lengths is a count of a block's lengths, 1 or more (0: the default); got ",
+                    range_lengths));
+  replay_options.range_lengths = static_cast<std::uint64_t>(range_lengths);
   const io::PagedRecording recording = io::PagedRecording::read(*opts.positional("FILE"));
   const std::vector<io::PagedReplayStep> steps = io::replay(recording, replay_options);
   const io::PagedReplayOptions ran = io::resolved(replay_options, recording);
   const std::uint64_t page = ran.page_bytes;
   const std::uint64_t cap = ran.cap_bytes;
   if (!opts.flag("json")) {
-    print_table(recording, steps, page, cap, replay_options.lag);
+    print_table(recording, steps, ran);
     return 0;
   }
   nlohmann::ordered_json out = {{"requests", recording.requests().size()},
                                 {"page_bytes", page},
                                 {"cap_bytes", cap},
                                 {"lag", replay_options.lag},
+                                {"range_lengths", ran.range_lengths},
                                 {"steps", nlohmann::ordered_json::array()}};
   for (const io::PagedReplayStep& step : steps) out["steps"].push_back(step_json(step, page));
   std::printf("%s\n", out.dump(1).c_str());

@@ -111,8 +111,15 @@ class PagedDeviceMemory {
  public:
   static constexpr std::uint64_t kSmallLimit = std::uint64_t{1} << 20;
   static constexpr std::uint64_t kSmallestClass = 512;
+  // A block mapped at a new address gets a reserved range this many times its length (by
+  // default), so that it can grow in place once freed: only the shortfall is mapped then.
+  // Addresses cost nothing but the reservation (W3: at most 552 GiB of them reserved). 2 until
+  // session 43; W3's recording replayed maps 19-25% fewer pages a step with 8 (bench/RESULTS.md).
+  static constexpr std::uint64_t kRangeLengths = 8;
 
-  explicit PagedDeviceMemory(PageDriver& driver);
+  // `range_lengths`: each new address range's length in its first block's (kRangeLengths; 1 or
+  // more, else Error(kInvalidArgument)).
+  explicit PagedDeviceMemory(PageDriver& driver, std::uint64_t range_lengths = kRangeLengths);
   ~PagedDeviceMemory();
   PagedDeviceMemory(const PagedDeviceMemory&) = delete;
   PagedDeviceMemory& operator=(const PagedDeviceMemory&) = delete;
@@ -160,8 +167,8 @@ class PagedDeviceMemory {
  private:
   struct Marks;
   using SharedMarks = std::shared_ptr<Marks>;
-  // One reserved address range, twice as long as its first block so that a freed block at its
-  // end can grow in place; unreserved once none of its pages is mapped.
+  // One reserved address range, kRangeLengths times as long as its first block so that a freed
+  // block at its end can grow in place; unreserved once none of its pages is mapped.
   struct Range {
     DeviceAddress address = 0;
     std::uint64_t pages = 0;   // reserved
@@ -227,6 +234,7 @@ class PagedDeviceMemory {
 
   PageDriver& driver_;
   const std::uint64_t page_;
+  const std::uint64_t range_lengths_;
   mutable std::mutex mutex_;
   std::uint64_t cap_pages_;
   std::uint64_t pages_held_ = 0;

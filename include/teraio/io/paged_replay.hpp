@@ -24,6 +24,9 @@ struct PagedReplayOptions {
   std::uint64_t cap_bytes = 0;   // 0: the recording's
   // A block freed at request i counts as done on its streams from request i + lag on.
   std::uint64_t lag = 0;
+  // Each new address range's length in its first block's (0: the allocator's default,
+  // PagedDeviceMemory::kRangeLengths).
+  std::uint64_t range_lengths = 0;
 };
 
 // `options` with the recording's page and cap where it leaves them 0: what a replay runs with.
