@@ -72,9 +72,10 @@ PagedDeviceMemory::PagedDeviceMemory(PageDriver& driver, std::uint64_t range_len
       page_(driver.page_bytes()),
       range_lengths_(range_lengths),
       cap_pages_(driver.device_bytes() / driver.page_bytes()) {
-  if (range_lengths_ == 0)
+  if (range_lengths_ == 0 || range_lengths_ > kLongestRangeLengths)
     throw Error(ErrorKind::kInvalidArgument,
-                "paged device memory: an address range is at least its block long");
+                cat("paged device memory: an address range is 1 to ", kLongestRangeLengths,
+                    " times its block's length, got ", range_lengths_));
   if (page_ < kSmallLimit || !std::has_single_bit(page_))
     throw Error(ErrorKind::kInvalidArgument,
                 cat("paged device memory needs pages of a power of two of at least ", kSmallLimit,
@@ -250,20 +251,27 @@ std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::map_new(std::uint64
   std::vector<FreePage> got = gather(pages, stream);
   auto block = std::make_unique<Block>();
   block->stream = stream;
+  std::uint64_t slots = range_lengths_ * pages;
   try {
-    block->address = driver_.reserve(range_lengths_ * pages * page_);
+    try {
+      block->address = driver_.reserve(slots * page_);
+    } catch (const Error&) {
+      // The room to grow is a convenience: a range as long as the block will do.
+      if (slots == pages) throw;
+      slots = pages;
+      block->address = driver_.reserve(slots * page_);
+    }
   } catch (...) {
     free_again(got);
     throw;
   }
-  block->range = std::make_shared<Range>(
-      Range{block->address, range_lengths_ * pages, 0, std::vector<bool>(range_lengths_ * pages)});
+  block->range = std::make_shared<Range>(Range{block->address, slots, 0, std::vector<bool>(slots)});
   try {
     map_into(block->range, block->address, got);
   } catch (...) {
     if (block->range->mapped == 0) {
       block->range->unreserved = true;
-      driver_.unreserve(block->address, range_lengths_ * pages * page_);
+      driver_.unreserve(block->address, slots * page_);
     }
     throw;
   }

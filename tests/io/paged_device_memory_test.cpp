@@ -37,6 +37,7 @@ class FakePageDriver final : public PageDriver {
     EXPECT_EQ(pages_.erase(page), 1U) << "released a page twice";
   }
   DeviceAddress reserve(std::uint64_t bytes) override {
+    if (bytes > largest_reserve) throw Error(ErrorKind::kCuda, "injected: no address range that long");
     const DeviceAddress address = next_address_;
     next_address_ += bytes + page_;  // a gap, so that neighbours never look contiguous
     reserved_[address] = bytes;
@@ -110,6 +111,7 @@ class FakePageDriver final : public PageDriver {
   int fail_unmap_in = 0;
   int fail_mark_in = 0;
   int fail_unreserve_in = 0;
+  std::uint64_t largest_reserve = ~std::uint64_t{0};  // longer ranges are refused
   // Where given, the copy holds alive now (FakeCopyHolder), and the calls that map, unmap, set
   // access or make a page with one alive and without.
   const int* holds_alive = nullptr;
@@ -209,7 +211,7 @@ TEST(PagedDeviceMemory, ARequestLooksAtTheOldestRetiredPagesOnlyWhileTheirWorkRu
   driver.hold(kCompute);
   for (void* block : blocks) memory.free(block);
   void* big = memory.allocate(11 * kPage, kCompute);  // 5 blocks taken whole, one cut
-  ASSERT_GE(memory.stats().taken_blocks, 5U);
+  ASSERT_EQ(memory.stats().taken_blocks, 6U);
   const int before = driver.passed_calls;
   std::vector<void*> small;
   for (int i = 0; i < 10; ++i) small.push_back(memory.allocate(100, kCompute));
@@ -221,7 +223,7 @@ TEST(PagedDeviceMemory, ARequestLooksAtTheOldestRetiredPagesOnlyWhileTheirWorkRu
   const auto still_mapped = std::count_if(blocks.begin(), blocks.end(), [&](void* block) {
     return driver.mapped_at(reinterpret_cast<DeviceAddress>(block));
   });
-  EXPECT_EQ(still_mapped, 1) << "only the block cut, whose head stays freed and mapped";
+  EXPECT_EQ(still_mapped, 1) << "only the block cut, whose head became the small requests' slab";
   for (void* block : small) memory.free(block);
   memory.free(big);
 }
@@ -310,6 +312,27 @@ TEST(PagedDeviceMemory, ByDefaultABlocksRangeIsEightTimesItsLengthAndNeverZero) 
   EXPECT_NE(beyond, first);
   memory.free(beyond);
   EXPECT_THROW(PagedDeviceMemory(driver, 0), Error);
+  EXPECT_THROW(PagedDeviceMemory(driver, PagedDeviceMemory::kLongestRangeLengths + 1), Error);
+}
+
+// The room to grow is a convenience: where the driver refuses a range eight blocks long, the block
+// gets one as long as itself; where it refuses that too, the request fails and its pages stay free.
+TEST(PagedDeviceMemory, ARefusedLongRangeFallsBackToOneAsLongAsTheBlock) {
+  FakePageDriver driver(16);
+  PagedDeviceMemory memory(driver);
+  driver.largest_reserve = 4 * kPage;
+  void* three = memory.allocate(3 * kPage, kCompute);
+  memory.free(three);
+  void* four = memory.allocate(4 * kPage, kCompute);
+  EXPECT_NE(four, three) << "no room to grow in a range as long as the block";
+  EXPECT_EQ(memory.stats().grown_blocks, 0U);
+  memory.free(four);
+  EXPECT_THROW(memory.allocate(12 * kPage, kCompute), Error);
+  EXPECT_EQ(memory.stats().in_use_bytes, 0U);
+  driver.largest_reserve = ~std::uint64_t{0};
+  void* twelve = memory.allocate(12 * kPage, kCompute);  // the pages are still there to serve it
+  EXPECT_NE(twelve, nullptr);
+  memory.free(twelve);
 }
 
 TEST(PagedDeviceMemory, AFreedBlockDoesNotGrowOverAHoleIntoAMappedPage) {

@@ -92,8 +92,8 @@ int run_paged_replay(const std::vector<std::string>& args) {
   opts.add("page", "page size to replay with (default: the recording's)", "0");
   opts.add("cap", "the most bytes of pages held (default: the recording's cap)", "0");
   opts.add("lag", "requests after its free before a block counts as done on its streams", "0");
-  opts.add("range-lengths", "a new block's address range, in its own lengths (default: the allocator's, 8)",
-           "0");
+  opts.add("range-lengths",
+           "a new block's address range, in its own lengths, 1 to 1024 (default: the allocator's, 8)", "0");
   opts.add_flag("json", "print JSON instead of a table");
   if (!opts.parse(args)) {
     std::printf("%s", opts.help().c_str());

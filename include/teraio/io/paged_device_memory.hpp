@@ -116,9 +116,12 @@ class PagedDeviceMemory {
   // Addresses cost nothing but the reservation (W3: at most 552 GiB of them reserved). 2 until
   // session 43; W3's recording replayed maps 19-25% fewer pages a step with 8 (bench/RESULTS.md).
   static constexpr std::uint64_t kRangeLengths = 8;
+  // The most: a range's slot count (lengths x pages) stays far from overflowing.
+  static constexpr std::uint64_t kLongestRangeLengths = 1024;
 
-  // `range_lengths`: each new address range's length in its first block's (kRangeLengths; 1 or
-  // more, else Error(kInvalidArgument)).
+  // `range_lengths`: each new address range's length in its first block's (kRangeLengths; 1 to
+  // kLongestRangeLengths, else Error(kInvalidArgument)); where the driver refuses a range that
+  // long, the block gets one as long as itself.
   explicit PagedDeviceMemory(PageDriver& driver, std::uint64_t range_lengths = kRangeLengths);
   ~PagedDeviceMemory();
   PagedDeviceMemory(const PagedDeviceMemory&) = delete;
