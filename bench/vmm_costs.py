@@ -120,15 +120,16 @@ def wait_for_event(driver, event, wait):
 
 class Copying:
     """While open, copies of `chunk` bytes run between pinned host memory and the device, in each of
-    `ways` ("to_device", "to_host"; both unless given) from a thread of its own on a stream of its own with `depth` chunks queued, as TeraIO's
-    copy lanes run them (copy_lane_cuda.cpp: a window of 2, a look every 5 µs with a 1 µs timer
-    slack). wait="poll" looks whether the oldest chunk is done (cuEventQuery) every 5 µs;
-    wait="block" blocks on it (events made with blocking sync: without it the driver spins). Each
-    thread records a ring of `depth` events made once, as the copier takes its events from a pool:
-    making and destroying one a chunk would add driver calls the copier does not make. After
-    closing, `gb_per_s` holds each direction's rate while open; read it before trusting a row
-    (at small chunks the threads' Python may not keep the engines busy). While quiet() is open
-    the threads queue nothing, and it opens once the chunks they had queued are done."""
+    `ways` ("to_device", "to_host"; both unless given) from a thread of its own on a stream of its
+    own with `depth` chunks queued, as TeraIO's copy lanes run them (copy_lane_cuda.cpp: a window
+    of 2, a look every 5 µs with a 1 µs timer slack). wait="poll" looks whether the oldest chunk is
+    done (cuEventQuery) every 5 µs; wait="block" blocks on it (events made with blocking sync:
+    without it the driver spins). Each thread records a ring of `depth` events made once, as the
+    copier takes its events from a pool: making and destroying one a chunk would add driver calls
+    the copier does not make. After closing, `gb_per_s` holds each direction's rate while open;
+    read it before trusting a row (at small chunks the threads' Python may not keep the engines
+    busy). While quiet() is open the threads queue nothing, and it opens once the chunks they had
+    queued are done."""
 
     WAITS = ("poll", "block")
     WAYS = ("to_device", "to_host")

@@ -192,12 +192,11 @@ std::unique_ptr<PagedDeviceMemory::Block> PagedDeviceMemory::take_block(std::uin
                                                                         StreamHandle stream) {
   Block* fits = best_cached(pages, stream);
   if (fits == nullptr) {
-    if (holder_) {
-      // The driver is called from here on: once the copies are held, the retired pages whose
-      // work is done go first, so that their addresses are room to grow into.
-      hold_copies();
-      unmap_retired(false);
-    }
+    // The driver is called from here on (grown or map_new: pages made, mapped, access set), so
+    // the copies are held here, for all of it. With a holder the retired pages whose work is
+    // done are unmapped first under the same hold, so that their addresses are room to grow into.
+    hold_copies();
+    if (holder_) unmap_retired(false);
     if (std::unique_ptr<Block> block = grown(pages, stream)) return block;
     return map_new(pages, stream);
   }
@@ -215,7 +214,6 @@ void PagedDeviceMemory::map_into(const std::shared_ptr<Range>& range, DeviceAddr
                                  std::vector<FreePage>& got) {
   std::uint64_t mapped = 0;
   try {
-    hold_copies();
     const Stopwatch timed(stats_.map_s, &stats_.slow_maps, &stats_.slow_map_s);
     for (; mapped < got.size(); ++mapped) {
       const DeviceAddress address = at + mapped * page_;
@@ -404,7 +402,6 @@ std::vector<PagedDeviceMemory::FreePage> PagedDeviceMemory::gather(std::uint64_t
   }
   try {
     while (got.size() < pages && pages_held_ < cap_pages_ && !device_full_) {
-      hold_copies();
       const std::optional<PageHandle> page = driver_.create_page();
       if (!page) {
         device_full_ = true;  // until this request is done: memory may come free meanwhile
@@ -506,7 +503,6 @@ bool PagedDeviceMemory::all_passed(Marks& marks) {
 void PagedDeviceMemory::unmap(Range& range, DeviceAddress& address, std::uint64_t& pages) {
   // Progress is recorded page by page, so that a driver call failing part-way is not repeated
   // on pages already unmapped; a range whose unreserve failed is unreserved by a later call.
-  if (pages > 0) hold_copies();
   const Stopwatch timed(stats_.unmap_s, &stats_.slow_unmaps, &stats_.slow_unmap_s);
   for (; pages > 0; --pages, address += page_) {
     driver_.unmap(address);
@@ -602,6 +598,7 @@ void PagedDeviceMemory::empty_cache() {
   const std::lock_guard lock(mutex_);
   const HoldEnds hold_ends(hold_);
   driver_.synchronize();
+  hold_copies();  // for the unmapping below
   ++stats_.emptied;
   unmap_retired(true);
   while (!freed_.empty()) {

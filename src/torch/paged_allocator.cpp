@@ -39,7 +39,19 @@ io::PagedDeviceMemory& installed_paged_memory() {
   return *state->memory;
 }
 
-PagedCopyHolds::PagedCopyHolds(io::DeviceCopier& copier) : memory_(installed_paged_memory()) {
+namespace {
+
+io::PagedDeviceMemory& memory_to_hold_for() {
+  if (!paged_allocator_installed())
+    throw Error(ErrorKind::kInvalidArgument,
+                "hold_copies_to_map holds copies for TeraIO's paged allocator, which is not installed "
+                "(teraio.paged.install() before any CUDA work)");
+  return installed_paged_memory();
+}
+
+}  // namespace
+
+PagedCopyHolds::PagedCopyHolds(io::DeviceCopier& copier) : memory_(memory_to_hold_for()) {
   if (!copier.hold_copies())
     throw Error(ErrorKind::kInvalidArgument,
                 cat("holding copies for the paged allocator's driver calls needs a CUDA copier in a deadline "

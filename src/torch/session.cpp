@@ -108,13 +108,7 @@ Session::Session(SessionConfig config)
                     ") must be below the budget tracked tensors get (", format_bytes(tracked), ")"));
   }
   copier_ = make_copier(device_, config_.copy_order, config_.copy_chunk_bytes);
-  if (config_.hold_copies_to_map) {
-    if (!paged_allocator_installed())
-      throw Error(ErrorKind::kInvalidArgument,
-                  "hold_copies_to_map holds copies for TeraIO's paged allocator, which is not installed "
-                  "(teraio.paged.install() before any CUDA work)");
-    copy_holds_ = std::make_unique<PagedCopyHolds>(*copier_);
-  }
+  if (config_.hold_copies_to_map) copy_holds_ = std::make_unique<PagedCopyHolds>(*copier_);
   io::EngineConfig engine;
   engine.host_capacity = config_.host_budget;
   engine.ssd_paths = config_.ssd_paths;

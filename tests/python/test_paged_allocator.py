@@ -140,9 +140,15 @@ EXACT = """
 """
 
 
+@pytest.fixture(scope="module")
+def caching(tmp_path_factory):
+    """The reference: the same training under the caching allocator without TeraIO, run once for
+    the exactness cases below (a fresh process on the GPU; it writes no swap file)."""
+    return run_fresh(EXACT, "caching", str(tmp_path_factory.mktemp("unused-swap")))
+
+
 @requires_cuda
-def test_training_under_a_session_is_exact_against_the_caching_allocator_without_teraio(swap_dir):
-    caching = run_fresh(EXACT, "caching", str(swap_dir))
+def test_training_under_a_session_is_exact_against_the_caching_allocator_without_teraio(caching, swap_dir):
     paged = run_fresh(EXACT, "paged", str(swap_dir))
     assert paged["losses"] == caching["losses"]
     assert paged["moved"] > 0
@@ -151,8 +157,7 @@ def test_training_under_a_session_is_exact_against_the_caching_allocator_without
 
 
 @requires_cuda
-def test_training_with_copies_held_for_the_driver_calls_is_exact_too(swap_dir):
-    caching = run_fresh(EXACT, "caching", str(swap_dir))
+def test_training_with_copies_held_for_the_driver_calls_is_exact_too(caching, swap_dir):
     held = run_fresh(EXACT, "held", str(swap_dir))
     assert held["losses"] == caching["losses"]
     assert held["moved"] > 0

@@ -256,7 +256,7 @@ class PagedDeviceMemory {
   std::unique_ptr<PagedRecording> recording_;
   CopyHolder holder_;
   const void* holder_owner_ = nullptr;
-  std::unique_ptr<CopyHold> hold_;   // on from the request's first driver call to its end
+  std::unique_ptr<CopyHold> hold_;   // on from where a request turns to the driver to its end
   bool hold_failed_ = false;         // a holder threw once: said in the log, not again
   PagedMemoryStats recorded_since_;  // the counters at the recording's last step mark
 };
