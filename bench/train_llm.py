@@ -98,6 +98,8 @@ OPTIONAL_STEP_FIELDS = ("device_stall_s", "device_waits", "blocks_reused", "fetc
                         "dropped", "bytes_dropped", "copies_given_up", "retimed", "cancelled_offloads", "bytes_abandoned",
                         "link", "positioned", "positioned_back", "late_free_evictions", "host_syncs",
                         "first_host_sync")
+# --hold-copies as Session(hold_copies_to_map=...).
+HELD_COPIES = {"off": False, "on": "both", "to-host": "to_host"}
 PLAN_PREDICTIONS = ("predicted_step_s", "predicted_stall_s", "bound_step_s", "profiled_step_s")
 
 
@@ -253,11 +255,12 @@ def parse_args(argv):
                         "the timed steps: a map lookup and a list append a request, under the allocator's lock) "
                         "and write them beside the results as STEM-MODE-paged-requests.txt, for `teraio "
                         "paged-replay` (default off)")
-    p.add_argument("--hold-copies", choices=("on", "off"), default="off",
+    p.add_argument("--hold-copies", choices=("on", "to-host", "off"), default="off",
                    help="--allocator paged, TeraIO modes: Session(hold_copies_to_map=...): the allocator holds the "
                         "session's copies back and waits for those on the link before it maps or unmaps (CUDA's "
-                        "calls wait for the copy engines, page by page; bench/RESULTS.md session 43); needs a "
-                        "deadline --copy-order (default off)")
+                        "calls wait for the copy engines, page by page; bench/RESULTS.md session 43): on = both "
+                        "directions, to-host = only the copies out of the device, which make the calls dear "
+                        "(session 44), so that prefetches go on; needs a deadline --copy-order (default off)")
     p.add_argument("--plot", action="store_true", help="after the run, plot every table in --out (matplotlib)")
     p.add_argument("--plot-from", metavar="DIR", help="only plot the tables already in DIR")
     p.add_argument("--list-modes", action="store_true", help="list the modes and exit")
@@ -301,9 +304,9 @@ def parse_args(argv):
             p.error(str(error))
     if args.paged_record == "on" and args.allocator != "paged":
         p.error("--paged-record is for --allocator paged")
-    if args.hold_copies == "on" and args.allocator != "paged":
+    if args.hold_copies != "off" and args.allocator != "paged":
         p.error("--hold-copies is for --allocator paged")
-    if args.hold_copies == "on" and args.copy_order == "issue":
+    if args.hold_copies != "off" and args.copy_order == "issue":
         p.error("--hold-copies needs a deadline --copy-order: issue order puts each copy straight onto a stream")
     if any(m.startswith("teraio") for m in args.mode_list) and args.budget is None and args.teraio_budget is None:
         p.error("TeraIO modes need --budget (gpu_budget = budget - reserve) or --teraio-budget")
@@ -414,7 +417,7 @@ def open_session(args, mode, device):
     return teraio.Session(gpu_budget=teraio_gpu_budget(args), host_budget=host, ssd=ssd,
                           ssd_capacity=args.ssd_capacity, warmup_steps=1, profile_steps=args.profile_steps,
                           device=device, record_releases=args.release_tracking == "on",
-                          copy_order=args.copy_order, copy_chunk=args.copy_chunk, hold_copies_to_map=args.hold_copies == "on",
+                          copy_order=args.copy_order, copy_chunk=args.copy_chunk, hold_copies_to_map=HELD_COPIES[args.hold_copies],
                           recast_weights=args.recast_weights == "on",
                           recast_activations=args.recast_activations == "on", keep_copies=args.keep_copies == "on",
                           retime_steps=args.retime, stall_rounds=args.stall_rounds,

@@ -19,6 +19,17 @@ def _size(value, name):
         raise ValueError(f"{name}: {error}") from None
 
 
+def _held_copies(value):
+    """hold_copies_to_map: False (no hold), True or "both", or "to_host" (the native "to-host")."""
+    if value is False or value is None:
+        return None
+    if value is True or value == "both":
+        return "both"
+    if value == "to_host":
+        return "to-host"
+    raise ValueError(f"hold_copies_to_map must be False, True, 'both' or 'to_host' (got {value!r})")
+
+
 def _device(value):
     if value is None:
         return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
@@ -220,7 +231,7 @@ class Session:
             "record_releases": bool(record_releases),
             "copy_order": str(copy_order),
             "copy_chunk": None if copy_chunk is None else _size(copy_chunk, "copy_chunk"),
-            "hold_copies_to_map": bool(hold_copies_to_map),
+            "hold_copies_to_map": _held_copies(hold_copies_to_map),
             "keep_copies": bool(keep_copies),
             "reuse_blocks": bool(reuse_blocks),
             "hole_bytes": _size(hole_bytes, "hole_bytes"),

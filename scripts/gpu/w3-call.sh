@@ -30,6 +30,8 @@
 #                                     requests of the measured steps, for teraio paged-replay here)
 #                                     freezeinhold = freezein with --hold-copies on (session 43: the
 #                                     allocator holds the copies back while it maps and unmaps)
+#                                     freezeinholdhost = freezein with --hold-copies to-host (session 44:
+#                                     only the copies out of the device, which make the calls dear)
 #   NOSIM=1                           device_stalls.py without the simulated step (saves 1-2 min a run)
 #   IDEAL=1                           before the runs, measure W3's ideal here (2 and 4 layers,
 #                                     checked at 3; about 100 s), for shares of a same-machine ideal
@@ -130,6 +132,7 @@ for run in ${RUNS:-}; do
     freezein4m) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --copy-chunk 4MiB) ;;
     freezeinrec) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --paged-record on) ;;
     freezeinhold) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --hold-copies on) ;;
+    freezeinholdhost) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --hold-copies to-host) ;;
     *) extra=() ;;
   esac
   LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \

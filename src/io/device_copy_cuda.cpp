@@ -51,7 +51,7 @@ class CudaCopyEvent final : public CopyEvent {
   std::string what_;
 };
 
-// Both lanes held from its making to its end (DeviceCopier::hold_copies).
+// The lanes held from its making to its end (DeviceCopier::hold_copies).
 class LaneHold final : public CopyHold {
  public:
   explicit LaneHold(std::vector<std::shared_ptr<CopyLane>> lanes) {
@@ -139,8 +139,10 @@ class CudaCopier final : public DeviceCopier {
     return LinkActivities{lanes_[0]->take_activity(), lanes_[1]->take_activity()};
   }
 
-  std::unique_ptr<CopyHold> hold_copies() override {
+  std::unique_ptr<CopyHold> hold_copies(HeldCopies held) override {
     if (!lanes_[0]) return nullptr;
+    if (held == HeldCopies::kToHost)
+      return std::make_unique<LaneHold>(std::vector<std::shared_ptr<CopyLane>>{lanes_[0]});
     return std::make_unique<LaneHold>(std::vector<std::shared_ptr<CopyLane>>{lanes_[0], lanes_[1]});
   }
 

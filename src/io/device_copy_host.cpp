@@ -77,6 +77,17 @@ CopyOrder parse_copy_order(std::string_view text) {
                   "deadline-host-waits-in)"));
 }
 
+std::string_view to_string(HeldCopies held) {
+  return held == HeldCopies::kBothWays ? "both" : "to-host";
+}
+
+HeldCopies parse_held_copies(std::string_view text) {
+  for (const HeldCopies held : {HeldCopies::kBothWays, HeldCopies::kToHost})
+    if (text == to_string(held)) return held;
+  throw Error(ErrorKind::kInvalidArgument,
+              cat("unknown copies to hold '", text, "' (expected both or to-host)"));
+}
+
 std::size_t checked_lane_chunk(std::size_t bytes) {
   if (bytes < kSmallestLaneChunkBytes || bytes > kLargestLaneChunkBytes || bytes % 4096 != 0)
     throw Error(

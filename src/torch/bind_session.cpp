@@ -199,7 +199,9 @@ SessionConfig config_from(const py::dict& d, const std::shared_ptr<FaultSwitch>&
   if (d.contains("copy_chunk") && !d["copy_chunk"].is_none())
     c.copy_chunk_bytes =
         io::checked_lane_chunk(static_cast<std::size_t>(d["copy_chunk"].cast<std::uint64_t>()));
-  c.hold_copies_to_map = get("hold_copies_to_map", false);
+  // None: no hold; else "both" or "to-host" (teraio.Session maps True to "both").
+  if (d.contains("hold_copies_to_map") && !d["hold_copies_to_map"].is_none())
+    c.hold_copies_to_map = io::parse_held_copies(d["hold_copies_to_map"].cast<std::string>());
   if (d.contains("plan_margin") && !d["plan_margin"].is_none())
     c.plan_margin = d["plan_margin"].cast<std::uint64_t>();
   if (d.contains("request_latency") && !d["request_latency"].is_none())

@@ -51,13 +51,14 @@ io::PagedDeviceMemory& memory_to_hold_for() {
 
 }  // namespace
 
-PagedCopyHolds::PagedCopyHolds(io::DeviceCopier& copier) : memory_(memory_to_hold_for()) {
-  if (!copier.hold_copies())
+PagedCopyHolds::PagedCopyHolds(io::DeviceCopier& copier, io::HeldCopies held)
+    : memory_(memory_to_hold_for()) {
+  if (!copier.hold_copies(held))
     throw Error(ErrorKind::kInvalidArgument,
                 cat("holding copies for the paged allocator's driver calls needs a CUDA copier in a deadline "
                     "order; this session's runs in ",
                     copier.order(), " on ", copier.name()));
-  memory_.hold_copies_with(this, [&copier] { return copier.hold_copies(); });
+  memory_.hold_copies_with(this, [&copier, held] { return copier.hold_copies(held); });
 }
 
 PagedCopyHolds::~PagedCopyHolds() {

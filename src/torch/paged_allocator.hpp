@@ -18,13 +18,14 @@ std::optional<io::PagedMemoryStats> paged_allocator_stats();
 // when none is installed.
 io::PagedDeviceMemory& installed_paged_memory();
 
-// While it lives, the installed paged allocator holds `copier`'s copies back for its driver
-// calls (io::PagedDeviceMemory::hold_copies_with, DeviceCopier::hold_copies). Throws
+// While it lives, the installed paged allocator holds `copier`'s copies back (those of both
+// directions, or those to the host: `held`) for its driver calls
+// (io::PagedDeviceMemory::hold_copies_with, DeviceCopier::hold_copies). Throws
 // Error(kInvalidArgument) when no paged allocator is installed or the copier cannot hold its
 // copies (issue order, or no CUDA device): no request would be held, and nothing says so.
 class PagedCopyHolds {
  public:
-  explicit PagedCopyHolds(io::DeviceCopier& copier);
+  PagedCopyHolds(io::DeviceCopier& copier, io::HeldCopies held);
   ~PagedCopyHolds();
   PagedCopyHolds(const PagedCopyHolds&) = delete;
   PagedCopyHolds& operator=(const PagedCopyHolds&) = delete;

@@ -108,7 +108,8 @@ Session::Session(SessionConfig config)
                     ") must be below the budget tracked tensors get (", format_bytes(tracked), ")"));
   }
   copier_ = make_copier(device_, config_.copy_order, config_.copy_chunk_bytes);
-  if (config_.hold_copies_to_map) copy_holds_ = std::make_unique<PagedCopyHolds>(*copier_);
+  if (config_.hold_copies_to_map)
+    copy_holds_ = std::make_unique<PagedCopyHolds>(*copier_, *config_.hold_copies_to_map);
   io::EngineConfig engine;
   engine.host_capacity = config_.host_budget;
   engine.ssd_paths = config_.ssd_paths;

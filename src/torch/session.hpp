@@ -132,11 +132,13 @@ struct SessionConfig {
   io::CopyOrder copy_order = io::CopyOrder::kDeadline;
   // The piece its deadline-order lanes queue at a time (io::checked_lane_chunk).
   std::size_t copy_chunk_bytes = io::kDefaultLaneChunkBytes;
-  // The installed paged allocator holds this session's copies back while it maps and unmaps
-  // (PagedCopyHolds): CUDA's mapping calls wait for the copy engines, page by page (bench/
-  // RESULTS.md session 43). Needs the paged allocator and a deadline copy order. Off by default
-  // until it has made W3 faster.
-  bool hold_copies_to_map = false;
+  // The installed paged allocator holds this session's copies back, those of both directions or
+  // those to the host, while it maps and unmaps (PagedCopyHolds): CUDA's mapping calls wait for
+  // the copy engines, page by page, and for those copying out of the device above all (bench/
+  // RESULTS.md sessions 43-44). Needs the paged allocator and a deadline copy order. nullopt: no
+  // hold, the default until it has made W3 faster beyond the runs' noise (both ways: 1.4-2.1%
+  // in two pairs, session 44).
+  std::optional<io::HeldCopies> hold_copies_to_map;
   // Called (from the failing operator's thread) when a storage-engine error first hits a step,
   // so that the binding can stop the training code at its next Python statement.
   std::function<void()> on_failure;

@@ -531,6 +531,42 @@ TEST(CudaCopier, AHoldQueuesNothingUntilItEndsAndIsQuietOnceTheLinkIs) {
   EXPECT_EQ(link->to_device.chunks, n / kDefaultLaneChunkBytes) << "the held pieces went after the hold";
 }
 
+TEST(CudaCopier, AHoldOfTheCopiesToTheHostLetsThoseIntoTheDeviceGoOn) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  constexpr std::size_t n = 512 * kMiB;  // ~10 ms a direction at 50 GB/s
+  auto copier = make_cuda_copier(0, CopyOrder::kDeadline);
+  PinnedBuffer host_in(*copier, n);
+  PinnedBuffer host_out(*copier, n);
+  DeviceBuffer device_in(*copier, n);
+  DeviceBuffer device_out(*copier, n);
+  static_cast<void>(copier->take_link_activity());
+  const auto out = copier->to_host(host_out.data(), device_out.data(), n);
+  const auto in = copier->to_device(device_in.data(), host_in.data(), n);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::unique_ptr<CopyHold> hold = copier->hold_copies(HeldCopies::kToHost);
+  ASSERT_NE(hold, nullptr);
+  EXPECT_TRUE(hold->quiet()) << "the lane to the host has two 8 MiB pieces on the link at most";
+  // 40 ms: four times what each copy needs alone.
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  EXPECT_TRUE(in->ready()) << "the copy into the device was held too";
+  EXPECT_FALSE(out->ready()) << "a piece to the host was queued during the hold";
+  hold.reset();
+  out->wait();
+  const std::optional<LinkActivities> link = copier->take_link_activity();
+  ASSERT_TRUE(link.has_value());
+  EXPECT_EQ(link->to_host.holds, 1U);
+  EXPECT_EQ(link->to_device.holds, 0U);
+  EXPECT_GE(link->to_host.held_for_driver_s, 0.035);
+}
+
+TEST(CudaCopier, CopiesToHoldParseAndPrint) {
+  EXPECT_EQ(parse_held_copies("both"), HeldCopies::kBothWays);
+  EXPECT_EQ(parse_held_copies("to-host"), HeldCopies::kToHost);
+  EXPECT_EQ(to_string(HeldCopies::kBothWays), "both");
+  EXPECT_EQ(to_string(HeldCopies::kToHost), "to-host");
+  EXPECT_THROW(parse_held_copies("to-device"), Error);
+}
+
 TEST(CudaCopier, CopyOrdersParseAndPrint) {
   EXPECT_EQ(parse_copy_order("deadline"), CopyOrder::kDeadline);
   EXPECT_EQ(parse_copy_order("issue"), CopyOrder::kIssue);

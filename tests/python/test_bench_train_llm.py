@@ -171,6 +171,8 @@ def test_a_bad_plan_latency_is_refused(tmp_path, time, says):
     ("--copy-chunk", "big", "big"),
     ("--paged-record", "on", "--paged-record is for --allocator paged"),
     ("--hold-copies", "on", "--hold-copies is for --allocator paged"),
+    ("--hold-copies", "to-host", "--hold-copies is for --allocator paged"),
+    ("--hold-copies", "in", "invalid choice: 'in'"),
 ])
 def test_a_bad_link_model_is_refused(tmp_path, option, value, says):
     done = run_bench("--workload", "tiny", "--modes", "teraio-ssd", option, value, "--out", str(tmp_path))

@@ -120,23 +120,35 @@ def test_a_block_recorded_on_a_busy_stream_is_not_handed_out_again():
 
 EXACT = """
     import test_training_exact as t
-    paged = sys.argv[1] in ("paged", "held")
+    held = sys.argv[1].removeprefix("held:") if sys.argv[1].startswith("held:") else None
+    paged = sys.argv[1] == "paged" or held is not None
     if paged:
         teraio.paged.install()
     want = t.reference(t.gpt, t.adamw, "cuda")
     result["losses"] = [w.item().hex() for w in want.losses]
     if paged:
         kwargs = t.budget_kwargs(t.gpt, t.adamw, "cuda", sys.argv[2])
-        if sys.argv[1] == "held":
+        if held is not None:
             try:
-                teraio.Session(**{**kwargs, "copy_order": "issue", "hold_copies_to_map": True})
+                teraio.Session(**{**kwargs, "copy_order": "issue", "hold_copies_to_map": held})
             except teraio.Error as e:
                 result["issue_order"] = str(e)
-            kwargs["hold_copies_to_map"] = True
+            kwargs["hold_copies_to_map"] = held
+            # The reference above mapped all the pages this model needs, and the training below
+            # would reuse its freed blocks without one driver call (session 44's GPU run: no
+            # hold): each step empties the cache, so that the next maps again, under the holds.
+            step = t.train_step
+            def train_step_then_empty(*args):
+                losses = step(*args)
+                torch.cuda.empty_cache()
+                return losses
+            t.train_step = train_step_then_empty
         got = t.train(t.gpt, t.adamw, t.STEPS, "cuda", session_kwargs=kwargs)
         t.assert_exact(want, got)
         result["moved"] = sum(s["bytes_offloaded"] for s in got.report["steps"])
         result["stats"] = teraio.paged.stats()
+        result["link_holds"] = [{way: s["link"][way]["holds"] for way in ("to_host", "to_device")}
+                                for s in got.report["steps"] if s.get("link")]
 """
 
 
@@ -157,19 +169,31 @@ def test_training_under_a_session_is_exact_against_the_caching_allocator_without
 
 
 @requires_cuda
-def test_training_with_copies_held_for_the_driver_calls_is_exact_too(caching, swap_dir):
-    held = run_fresh(EXACT, "held", str(swap_dir))
+@pytest.mark.parametrize("copies", ["both", "to_host"])
+def test_training_with_copies_held_for_the_driver_calls_is_exact_too(caching, swap_dir, copies):
+    held = run_fresh(EXACT, "held:" + copies, str(swap_dir))
     assert held["losses"] == caching["losses"]
     assert held["moved"] > 0
     assert held["stats"]["copy_holds"] > 0, held["stats"]
+    to_host = sum(s["to_host"] for s in held["link_holds"])
+    to_device = sum(s["to_device"] for s in held["link_holds"])
+    assert to_host > 0, held["link_holds"]
+    assert (to_device > 0) == (copies == "both"), held["link_holds"]  # the lane into the device went on?
     assert "needs a CUDA copier in a deadline order" in held["issue_order"], held
 
 
-def test_holding_copies_without_the_paged_allocator_is_refused():
+@pytest.mark.parametrize("held", [True, "both", "to_host"])
+def test_holding_copies_without_the_paged_allocator_is_refused(held):
     if teraio.paged.installed():
         pytest.skip("the paged allocator is installed in this process")
     with pytest.raises(teraio.Error, match="paged allocator, which is not installed"):
-        teraio.Session(gpu_budget="1GiB", device="cpu", hold_copies_to_map=True)
+        teraio.Session(gpu_budget="1GiB", device="cpu", hold_copies_to_map=held)
+
+
+@pytest.mark.parametrize("held", ["to_device", "out", 1])
+def test_copies_to_hold_are_both_or_those_to_the_host(held):
+    with pytest.raises(ValueError, match="hold_copies_to_map must be False, True, 'both' or 'to_host'"):
+        teraio.Session(gpu_budget="1GiB", device="cpu", hold_copies_to_map=held)
 
 
 def test_the_bench_refuses_caching_allocator_options_with_the_paged_one(tmp_path):

@@ -141,6 +141,17 @@ struct LinkActivities {
   LinkActivity to_device;
 };
 
+// Which of the copier's copies a hold stops (DeviceCopier::hold_copies): both directions', or
+// only those to the host. Why the choice: on an H200 setting access to a 16 MiB page cost
+// 1 058 µs beside copies out of the device alone and 50 µs beside copies into it alone (34 µs
+// idle; bench/vmm_costs.py --copy-ways, bench/RESULTS.md session 44), so holding the copies out
+// leaves the prefetches, which the GPU waits for, on the link.
+enum class HeldCopies { kBothWays, kToHost };
+// "both" or "to-host".
+std::string_view to_string(HeldCopies held);
+// "both" or "to-host"; throws Error{kInvalidArgument} for anything else.
+HeldCopies parse_held_copies(std::string_view text);
+
 // While it lives, the copier queues no copy onto the link (DeviceCopier::hold_copies). Why:
 // CUDA's mapping calls wait for the copy engines, page by page. On an H200 setting access to a
 // 16 MiB page cost 0.5-1.1 ms while copies ran both ways and 37 µs with them held and drained
@@ -203,13 +214,16 @@ class DeviceCopier {
   // Each direction's activity since the last call (or since the copier was made), and starts
   // counting again; nothing where copies go straight onto a stream (issue order, host copier).
   virtual std::optional<LinkActivities> take_link_activity() { return std::nullopt; }
-  // Holds copies not yet on the link back (both directions) and waits, up to
-  // kCopyHoldWaitSeconds, until those on it have finished: for the paged allocator's driver
-  // calls (io/paged_device_memory). Copies a stream waits for still go on (their rests are
-  // queued by the waiting thread, and a device-side wait must not hang on a hold). nullptr
-  // where the copier cannot hold its copies: issue order puts each straight onto a stream,
-  // and the host copier has no link.
-  virtual std::unique_ptr<CopyHold> hold_copies() { return nullptr; }
+  // Holds copies not yet on the link back (both directions, or those to the host only) and
+  // waits, up to kCopyHoldWaitSeconds, until those of the held directions on it have finished:
+  // for the paged allocator's driver calls (io/paged_device_memory). Copies a stream waits for
+  // still go on (their rests are queued by the waiting thread, and a device-side wait must not
+  // hang on a hold). nullptr where the copier cannot hold its copies: issue order puts each
+  // straight onto a stream, and the host copier has no link.
+  virtual std::unique_ptr<CopyHold> hold_copies(HeldCopies held = HeldCopies::kBothWays) {
+    static_cast<void>(held);
+    return nullptr;
+  }
   // Device memory for tests and benchmarks (cudaMalloc / aligned host memory).
   virtual void* allocate_device(std::size_t n) = 0;
   virtual void free_device(void* device) = 0;
