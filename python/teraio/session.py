@@ -20,12 +20,13 @@ def _size(value, name):
 
 
 def _held_copies(value):
-    """hold_copies_to_map: False (no hold), True or "both", or "to_host" (the native "to-host")."""
+    """hold_copies_to_map: False (no hold), True or "both", or "to_host" (also spelt "to-host", as
+    the bench's --hold-copies and the native side spell it)."""
     if value is False or value is None:
         return None
     if value is True or value == "both":
         return "both"
-    if value == "to_host":
+    if value in ("to_host", "to-host"):
         return "to-host"
     raise ValueError(f"hold_copies_to_map must be False, True, 'both' or 'to_host' (got {value!r})")
 

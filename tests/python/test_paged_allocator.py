@@ -174,7 +174,8 @@ def test_training_with_copies_held_for_the_driver_calls_is_exact_too(caching, sw
     held = run_fresh(EXACT, "held:" + copies, str(swap_dir))
     assert held["losses"] == caching["losses"]
     assert held["moved"] > 0
-    assert held["stats"]["copy_holds"] > 0, held["stats"]
+    # empty_cache takes a hold of its own each step: more holds than that are requests that mapped.
+    assert held["stats"]["copy_holds"] > held["stats"]["emptied"] > 0, held["stats"]
     to_host = sum(s["to_host"] for s in held["link_holds"])
     to_device = sum(s["to_device"] for s in held["link_holds"])
     assert to_host > 0, held["link_holds"]
@@ -182,7 +183,7 @@ def test_training_with_copies_held_for_the_driver_calls_is_exact_too(caching, sw
     assert "needs a CUDA copier in a deadline order" in held["issue_order"], held
 
 
-@pytest.mark.parametrize("held", [True, "both", "to_host"])
+@pytest.mark.parametrize("held", [True, "both", "to_host", "to-host"])
 def test_holding_copies_without_the_paged_allocator_is_refused(held):
     if teraio.paged.installed():
         pytest.skip("the paged allocator is installed in this process")

@@ -143,7 +143,7 @@ struct LinkActivities {
 
 // Which of the copier's copies a hold stops (DeviceCopier::hold_copies): both directions', or
 // only those to the host. Why the choice: on an H200 setting access to a 16 MiB page cost
-// 1 058 µs beside copies out of the device alone and 50 µs beside copies into it alone (34 µs
+// 1 058 µs beside copies out of the device alone and 50 µs beside copies into it alone (34.5 µs
 // idle; bench/vmm_costs.py --copy-ways, bench/RESULTS.md session 44), so holding the copies out
 // leaves the prefetches, which the GPU waits for, on the link.
 enum class HeldCopies { kBothWays, kToHost };
@@ -152,15 +152,15 @@ std::string_view to_string(HeldCopies held);
 // "both" or "to-host"; throws Error{kInvalidArgument} for anything else.
 HeldCopies parse_held_copies(std::string_view text);
 
-// While it lives, the copier queues no copy onto the link (DeviceCopier::hold_copies). Why:
-// CUDA's mapping calls wait for the copy engines, page by page. On an H200 setting access to a
-// 16 MiB page cost 0.5-1.1 ms while copies ran both ways and 37 µs with them held and drained
-// first (bench/vmm_costs.py, bench/RESULTS.md session 43); W3's paged allocator paid 140-210 µs
-// a page mapped beside TeraIO's copies.
+// While it lives, the copier queues no copy of the held directions onto the link
+// (DeviceCopier::hold_copies). Why: CUDA's mapping calls wait for the copy engines, page by
+// page. On an H200 setting access to a 16 MiB page cost 0.5-1.1 ms while copies ran both ways
+// and 37 µs with them held and drained first (bench/vmm_costs.py, bench/RESULTS.md session 43);
+// W3's paged allocator paid 140-210 µs a page mapped beside TeraIO's copies.
 class CopyHold {
  public:
   virtual ~CopyHold() = default;
-  // Whether all that was on the link had finished before the wait for it ran out.
+  // Whether all that the held directions had on the link finished before the wait ran out.
   virtual bool quiet() const = 0;
 };
 
