@@ -141,9 +141,9 @@ class CudaCopier final : public DeviceCopier {
 
   std::unique_ptr<CopyHold> hold_copies(HeldCopies held) override {
     if (!lanes_[0]) return nullptr;
-    if (held == HeldCopies::kToHost)
-      return std::make_unique<LaneHold>(std::vector<std::shared_ptr<CopyLane>>{lanes_[0]});
-    return std::make_unique<LaneHold>(std::vector<std::shared_ptr<CopyLane>>{lanes_[0], lanes_[1]});
+    std::vector<std::shared_ptr<CopyLane>> lanes{lanes_[0]};  // the lane to the host
+    if (held == HeldCopies::kBothWays) lanes.push_back(lanes_[1]);
+    return std::make_unique<LaneHold>(std::move(lanes));
   }
 
   std::unique_ptr<CopyEvent> to_host(void* host_dst, const void* device_src, std::size_t n,

@@ -504,7 +504,8 @@ TEST(CudaCopier, ALaneMovesCopiesInTheChunksItWasGiven) {
 
 TEST(CudaCopier, AHoldQueuesNothingUntilItEndsAndIsQuietOnceTheLinkIs) {
   if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
-  EXPECT_EQ(make_cuda_copier(0, CopyOrder::kIssue)->hold_copies(), nullptr) << "issue order cannot hold";
+  EXPECT_EQ(make_cuda_copier(0, CopyOrder::kIssue)->hold_copies(HeldCopies::kBothWays), nullptr)
+      << "issue order cannot hold";
   constexpr std::size_t n = 512 * kMiB;  // ~10 ms at 50 GB/s, 64 pieces of 8 MiB
   auto copier = make_cuda_copier(0, CopyOrder::kDeadline);
   PinnedBuffer source(*copier, n);
@@ -512,7 +513,7 @@ TEST(CudaCopier, AHoldQueuesNothingUntilItEndsAndIsQuietOnceTheLinkIs) {
   static_cast<void>(copier->take_link_activity());
   const auto copy = copier->to_device(device.data(), source.data(), n);
   std::this_thread::sleep_for(std::chrono::milliseconds(1));  // some pieces on the link
-  std::unique_ptr<CopyHold> hold = copier->hold_copies();
+  std::unique_ptr<CopyHold> hold = copier->hold_copies(HeldCopies::kBothWays);
   ASSERT_NE(hold, nullptr);
   EXPECT_TRUE(hold->quiet()) << "two 8 MiB pieces finish well within the hold's wait";
   // Held for 40 ms, four times what the whole copy needs: it must still be short of its end.

@@ -220,7 +220,7 @@ class DeviceCopier {
   // still go on (their rests are queued by the waiting thread, and a device-side wait must not
   // hang on a hold). nullptr where the copier cannot hold its copies: issue order puts each
   // straight onto a stream, and the host copier has no link.
-  virtual std::unique_ptr<CopyHold> hold_copies(HeldCopies held = HeldCopies::kBothWays) {
+  virtual std::unique_ptr<CopyHold> hold_copies(HeldCopies held) {
     static_cast<void>(held);
     return nullptr;
   }
