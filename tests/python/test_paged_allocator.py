@@ -128,22 +128,34 @@ EXACT = """
     result["losses"] = [w.item().hex() for w in want.losses]
     if paged:
         kwargs = t.budget_kwargs(t.gpt, t.adamw, "cuda", sys.argv[2])
+        build = t.gpt
         if held is not None:
             try:
                 teraio.Session(**{**kwargs, "copy_order": "issue", "hold_copies_to_map": held})
             except teraio.Error as e:
                 result["issue_order"] = str(e)
             kwargs["hold_copies_to_map"] = held
-            # The reference above mapped all the pages this model needs, and the training below
-            # would reuse its freed blocks without one driver call (session 44's GPU run: no
-            # hold): each step empties the cache, so that the next maps again, under the holds.
+            # This model's tensors all fit the allocator's small chunks, kept in slabs that
+            # empty_cache leaves mapped, and the reference above mapped all it needs (session 44's
+            # GPU run: no hold; session 45's, with the cache emptied: only empty_cache's own).
+            # So the last block asks for pages of its own, unused, in each forward (as offloads
+            # of the earlier ones are under way), and each step empties the cache, so that the
+            # request maps again in the next step, under a hold.
+            page = teraio.paged.stats()["page_bytes"]
+            def gpt_that_maps():
+                model = t.gpt()
+                def ask_for_pages(*_):
+                    torch.empty(2 * page, dtype=torch.uint8, device="cuda")
+                model.blocks[-1].register_forward_hook(ask_for_pages)
+                return model
             step = t.train_step
             def train_step_then_empty(*args):
                 losses = step(*args)
                 torch.cuda.empty_cache()
                 return losses
             t.train_step = train_step_then_empty
-        got = t.train(t.gpt, t.adamw, t.STEPS, "cuda", session_kwargs=kwargs)
+            build = gpt_that_maps
+        got = t.train(build, t.adamw, t.STEPS, "cuda", session_kwargs=kwargs)
         t.assert_exact(want, got)
         result["moved"] = sum(s["bytes_offloaded"] for s in got.report["steps"])
         result["stats"] = teraio.paged.stats()
