@@ -32,6 +32,8 @@
 #                                     allocator holds the copies back while it maps and unmaps)
 #                                     freezeinholdhost = freezein with --hold-copies to-host (session 44:
 #                                     only the copies out of the device, which make the calls dear)
+#                                     proffreezeinhold = freezeinhold with --gpu-profile (session 45:
+#                                     is the GPU time beyond the profile the GPU waiting for the host?)
 #   NOSIM=1                           device_stalls.py without the simulated step (saves 1-2 min a run)
 #   IDEAL=1                           before the runs, measure W3's ideal here (2 and 4 layers,
 #                                     checked at 3; about 100 s), for shares of a same-machine ideal
@@ -133,6 +135,7 @@ for run in ${RUNS:-}; do
     freezeinrec) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --paged-record on) ;;
     freezeinhold) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --hold-copies on) ;;
     freezeinholdhost) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --hold-copies to-host) ;;
+    proffreezeinhold) extra=(--gpu-profile --host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --hold-copies on) ;;
     *) extra=() ;;
   esac
   LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \

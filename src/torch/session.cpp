@@ -456,31 +456,6 @@ std::uint64_t Session::track(const std::vector<at::Tensor>& tensors) {
   return bytes;
 }
 
-void Session::bring_everything_back() {
-  executor_->set_mode(runtime::Mode::kPassive);
-  // A prefetch that failed after its step already ended with an error left its tensor in the
-  // tier: the fetches below bring it back, so its failure is only logged here.
-  executor_->drain_keeping_valid();
-  remove_dead();
-  const std::vector<TensorId> all = tracked_ids({});
-  // A fetch that fails part-way (a close() that runs out of device memory) leaves the session
-  // open with these back: the next planned step positions again.
-  position_due_ = true;
-  executor_->fetch(all);
-  // Unobserved from here on: writes would go unseen, so no copy may stay kept.
-  executor_->written(all);
-  memory_->hand_back_settled(*executor_);
-}
-
-void Session::stop_with_everything_back() {
-  // Tensors outlive the observer: every storage gets its bytes back before it goes.
-  bring_everything_back();
-  for (const TensorId id : tracked_ids({})) executor_->remove_tensor(id);
-  table_.clear();
-  stop_observing(slot_);
-  observing_ = false;
-}
-
 void Session::go_passive() {
   if (hole_) hole_->release();
   // Nothing to move: the steps of a model that fits cost what they cost without TeraIO. The
@@ -526,19 +501,6 @@ std::vector<TensorId> Session::tracked_ids(const std::vector<at::Tensor>& tensor
   return ids;
 }
 
-std::uint64_t Session::offloaded_bytes(const std::vector<at::Tensor>& tensors) {
-  std::lock_guard lock(mutex_);
-  if (!observing_) return 0;
-  std::uint64_t bytes = 0;
-  for (const TensorId id : tracked_ids(tensors)) {
-    const runtime::Location where = executor_->location(id);
-    if (where == runtime::Location::kHost || where == runtime::Location::kSsd) {
-      if (c10::StorageImpl* impl = table_.find_id(id)) bytes += impl->nbytes();
-    }
-  }
-  return bytes;
-}
-
 std::uint64_t Session::enter_resident(const std::vector<at::Tensor>& tensors) {
   std::lock_guard lock(mutex_);
   if (in_step_) throw Error(ErrorKind::kInvalidArgument, "session.resident() inside session.step()");
@@ -568,21 +530,6 @@ std::uint64_t Session::enter_resident(const std::vector<at::Tensor>& tensors) {
 void Session::exit_resident() {
   std::lock_guard lock(mutex_);
   if (resident_depth_ > 0) --resident_depth_;
-}
-
-void Session::close() {
-  std::lock_guard lock(mutex_);
-  if (phase_ == SessionPhase::kClosed) return;
-  if (hole_) hole_->release();
-  if (observing_) stop_with_everything_back();
-  executor_.reset();
-  memory_.reset();
-  table_.clear();
-  closed_engine_report_ = io::format_report(store_->report());
-  store_.reset();
-  copy_holds_.reset();  // no copies of this session's to hold
-  phase_ = SessionPhase::kClosed;
-  if (pending_error_) std::rethrow_exception(std::exchange(pending_error_, nullptr));
 }
 
 std::vector<DeviceWait> Session::device_waits() const {

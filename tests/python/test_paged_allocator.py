@@ -4,7 +4,8 @@ freed in a scattered pattern serve a request longer than any of them without run
 a block recorded on a busy stream is not handed out again, the cap gives PyTorch's own
 out-of-memory error, and training under a TeraIO session is bit-identical to training under the
 caching allocator without TeraIO, with the session's copies held for the allocator's driver calls
-too (hold_copies_to_map), which a session without the allocator or in issue order refuses."""
+too (hold_copies_to_map), which a session without the allocator or in issue order refuses; a
+close() that finds no room on the device says so and leaves the session open, training on exactly."""
 from __future__ import annotations
 
 import json
@@ -193,6 +194,65 @@ def test_training_with_copies_held_for_the_driver_calls_is_exact_too(caching, sw
     assert to_host > 0, held["link_holds"]
     assert (to_device > 0) == (copies == "both"), held["link_holds"]  # the lane into the device went on?
     assert "needs a CUDA copier in a deadline order" in held["issue_order"], held
+
+
+CLOSE_WITHOUT_ROOM = """
+    import test_training_exact as t
+    teraio.paged.install()
+    want = t.reference(t.gpt, t.adamw, "cuda")
+    kwargs = t.budget_kwargs(t.gpt, t.adamw, "cuda", sys.argv[1])
+    torch.manual_seed(0)  # as t.train does
+    model = t.gpt().to("cuda")
+    optimizer = t.adamw(model.parameters())
+    data = t.batches(model.config, t.STEPS, 0)
+    session = teraio.Session(device="cuda", **kwargs)
+    losses = []
+    def steps(first, end):
+        for step in range(first, end):
+            with session.step():
+                losses.extend(t.train_step(model, optimizer, data[step:step + 1], "cuda"))
+    steps(0, 5)
+    result["away"] = session.report()["steps"][-1]["bytes_offloaded"]
+    # The device made full: the cap a page over what is held, then requests of every size class
+    # until none is served, so that no tensor close() brings back finds room.
+    stats = teraio.paged.stats()
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction((stats["held_bytes"] + stats["page_bytes"]) / total)
+    filler = []
+    for size in [1 << k for k in range(9, 26)]:
+        try:
+            while True:
+                filler.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+        except torch.OutOfMemoryError:
+            pass
+    try:
+        session.close()
+        result["closed_without_room"] = True
+    except teraio.Error as e:
+        result["kind"], result["message"] = e.kind, str(e)
+    result["phase_after"] = session.phase
+    del filler
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    steps(5, t.STEPS)  # training goes on under the session, and a later close() succeeds
+    session.close()
+    result["phase"] = session.phase
+    result["exact"] = [w.item().hex() for w in want.losses] == [g.item().hex() for g in losses]
+    result["params_exact"] = all(torch.equal(w, g) for w, g in
+                                 zip(want.params.values(), t.snapshot_params(model).values()))
+"""
+
+
+@requires_cuda
+def test_a_close_without_room_on_the_device_says_so_and_leaves_the_session_open(swap_dir):
+    result = run_fresh(CLOSE_WITHOUT_ROOM, str(swap_dir))
+    assert result["away"] > 0, result
+    assert "closed_without_room" not in result, result
+    assert result["kind"] == "out of device memory", result
+    message = result["message"]
+    assert "session.close() brings every tensor the session moved off cuda:0 back" in message, message
+    assert "The device has no room for every tensor still alive" in message, message
+    assert result["phase_after"] == "planned" and result["phase"] == "closed", result
+    assert result["exact"] and result["params_exact"], result
 
 
 @pytest.mark.parametrize("held", [True, "both", "to_host", "to-host"])

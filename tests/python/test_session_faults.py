@@ -110,6 +110,11 @@ def test_a_close_that_fails_leaves_the_session_open_and_training_exact(tmp_path)
     with pytest.raises(teraio.Error) as failure:
         session.close()
     assert failure.value.kind == "I/O error"
+    # Said with what close() had to do and how far it got, not only the tensor that failed.
+    message = str(failure.value)
+    assert "session.close() brings every tensor the session moved off cpu back" in message, message
+    assert "were away" in message and "The session stays open with nothing lost" in message, message
+    assert "no room" not in message, message  # the advice for a device out of memory only
     session._set_faults(reads=False)
     assert session.phase == "planned"
     losses += [_step(model, optimizer, x, y, session) for x, y in data[5:]]
