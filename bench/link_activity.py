@@ -1,7 +1,8 @@
 """What each PCIe direction did during a step, as TeraIO's CUDA copier saw it (the step record's
 `link`, either deadline order): time with chunks on the stream (busy), with copies waiting for the
 compute stream (waiting), and with nothing to copy (idle), and how many copies were waited for
-before the compute stream reached them (gated: they wait for it on a side stream), and how long
+before the compute stream reached them (gated: they wait for it on a side stream; awaited: the
+GPU waits on a flag the lane sets behind them, copy order "deadline-device-waits-in"), and how long
 the lane held its own chunks back meanwhile so that those had the link (held, part of busy;
 copy order "deadline-alone" only), and how often and how long the paged allocator held the copies
 back for its driver calls (Session(hold_copies_to_map=True)). A plan whose copies end late on a link
@@ -13,7 +14,7 @@ import statistics
 
 DIRECTIONS = (("to_host", "to host"), ("to_device", "to device"))
 FIELDS = ("busy_s", "waiting_s", "idle_s", "chunks", "bytes", "gated_flushes", "gated_bytes", "held_s",
-          "host_waited_s", "holds", "held_for_driver_s")
+          "host_waited_s", "awaited", "awaited_bytes", "holds", "held_for_driver_s")
 
 
 def median(steps):
@@ -37,6 +38,9 @@ def describe(link):
             gated += f", lane held {a['held_s']:.2f} s for copies waited for"
         if a.get("host_waited_s"):
             gated += f", the host waited {a['host_waited_s']:.2f} s for markers of copies waited for"
+        if a.get("awaited"):
+            gated += (f", {a['awaited']:.0f} copies awaited by the GPU on flags ahead of their compute marker "
+                      f"({a['awaited_bytes'] / 2**30:.1f} GiB)")
         if a.get("holds"):
             gated += f", held {a['holds']:.0f} times ({a['held_for_driver_s']:.2f} s) for the allocator's driver calls"
         parts.append(f"{words} busy {a['busy_s']:.2f} s{rate}, waiting {a['waiting_s']:.2f} s, idle {a['idle_s']:.2f} s"

@@ -159,14 +159,16 @@ def parse_args(argv):
                    help="TeraIO modes: Session(record_releases=...): whether the profile records when each storage "
                         "is freed (default on; off: planned as freed at its last use)")
     p.add_argument("--copy-order", choices=("deadline", "deadline-alone", "deadline-chunked", "deadline-host-waits",
-                                             "deadline-host-waits-in", "issue"),
+                                             "deadline-host-waits-in", "deadline-device-waits-in", "issue"),
                    default="deadline",
                    help="TeraIO modes: Session(copy_order=...): the CUDA copier runs each direction's copies by the "
                         "plan's deadlines (default), by deadline with a copy the GPU waits for alone on the link "
                         "(deadline-alone), by deadline with the rest of a copy waited for queued in chunks too "
                         "(deadline-chunked), by deadline with the host waiting for a copy's marker instead of "
                         "gating it (deadline-host-waits), so for copies into the device only "
-                        "(deadline-host-waits-in), or as issued")
+                        "(deadline-host-waits-in), by deadline with the GPU waiting for such copies into the device "
+                        "on a flag the copier sets behind them, the host going on (deadline-device-waits-in), "
+                        "or as issued")
     p.add_argument("--copy-chunk", default=None,
                    help="TeraIO modes: Session(copy_chunk=...): the piece the deadline orders queue at a time "
                         "(1MiB to 256MiB, a multiple of 4 KiB; default TeraIO's, 8MiB)")

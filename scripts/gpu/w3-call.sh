@@ -34,6 +34,10 @@
 #                                     only the copies out of the device, which make the calls dear)
 #                                     proffreezeinhold = freezeinhold with --gpu-profile (session 45:
 #                                     is the GPU time beyond the profile the GPU waiting for the host?)
+#                                     freezedevhold = freezeinhold with --copy-order
+#                                     deadline-device-waits-in (session 45: the GPU, not the host,
+#                                     waits for copies in queued once their markers pass),
+#                                     proffreezedevhold = freezedevhold with --gpu-profile
 #   NOSIM=1                           device_stalls.py without the simulated step (saves 1-2 min a run)
 #   IDEAL=1                           before the runs, measure W3's ideal here (2 and 4 layers,
 #                                     checked at 3; about 100 s), for shares of a same-machine ideal
@@ -63,7 +67,7 @@ mkdir -p "$work" "$out"
 ensure_native_module "$out"; echo "built ($((SECONDS - start)) s)"
 if [ -n "${COPIER:-}" ]; then
   { ninja -C build/gpu -j "$(nproc)" teraio_io_cuda_tests >"$work/copier-build.log" 2>&1 &&
-    build/gpu/tests/io/teraio_io_cuda_tests --gtest_filter='CudaCopier*'; } >"$work/copier.log" 2>&1
+    timeout 240 build/gpu/tests/io/teraio_io_cuda_tests --gtest_filter='CudaCopier*'; } >"$work/copier.log" 2>&1
   echo "copier tests: status $? ($((SECONDS - start)) s)"
   grep -E "order:|ready copy|PASSED|FAILED|OK \]" "$work/copier.log" | cut -c1-200
   tar -C "$work" -rf "$out/call.tar" copier.log copier-build.log
@@ -136,6 +140,8 @@ for run in ${RUNS:-}; do
     freezeinhold) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --hold-copies on) ;;
     freezeinholdhost) extra=(--host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --hold-copies to-host) ;;
     proffreezeinhold) extra=(--gpu-profile --host-syncs off --copy-order deadline-host-waits-in --gc-freeze on --hold-copies on) ;;
+    freezedevhold) extra=(--host-syncs off --copy-order deadline-device-waits-in --gc-freeze on --hold-copies on) ;;
+    proffreezedevhold) extra=(--gpu-profile --host-syncs off --copy-order deadline-device-waits-in --gc-freeze on --hold-copies on) ;;
     *) extra=() ;;
   esac
   LEFT=$((590 - (SECONDS - start))) bench_arm "$work/$name" "$name" W3-79GiB --workload W3 --budget 79GiB \

@@ -32,6 +32,17 @@ class CopyLane::Event final : public CopyEvent {
     std::unique_lock lock(lane_->mutex_);
     // Its event may serve another copy by now: nothing to wait for.
     if (copy_->complete) return StreamWait::kDone;
+    if (lane_->options_.device_waits && lane_->serving_plan_ && copy_->marker > lane_->passed_marker_) {
+      if (const auto flag = lane_->await(copy_)) {
+        // Outside the lock, as every wait queued on a compute stream here: a stream whose
+        // launch queue is full blocks the call until the GPU moves on, which may take a flag
+        // the dispatcher sets, and the dispatcher takes the lock.
+        lock.unlock();
+        check(cudaSetDevice(lane_->device_), cat("cudaSetDevice(", lane_->device_, ")"));
+        lane_->flags_->wait(static_cast<cudaStream_t>(stream), *flag);
+        return StreamWait::kAwaited;
+      }
+    }
     if (lane_->options_.host_waits && lane_->serving_plan_ && copy_->marker > lane_->passed_marker_) {
       // The GPU gets to the marker without this thread: the work before it is queued already,
       // and no stream waits for a copy that is not on a stream. The dispatcher, which polls
@@ -42,15 +53,31 @@ class CopyLane::Event final : public CopyEvent {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (copy_->complete) return StreamWait::kDone;
     }
-    return lane_->flush_for(*copy_, static_cast<cudaStream_t>(stream), RestOfCopy::kQueue).how;
+    const Flushed flushed = lane_->flush_for(*copy_, RestOfCopy::kQueue);
+    wait_outside_lock(lock, flushed.wait_on, static_cast<cudaStream_t>(stream));
+    return flushed.how;
   }
   std::size_t abandon(void* stream) override {
-    std::lock_guard lock(lane_->mutex_);
+    std::unique_lock lock(lane_->mutex_);
     if (copy_->complete) return 0;
-    return lane_->flush_for(*copy_, static_cast<cudaStream_t>(stream), RestOfCopy::kDrop).dropped;
+    const Flushed flushed = lane_->flush_for(*copy_, RestOfCopy::kDrop);
+    wait_outside_lock(lock, flushed.wait_on, static_cast<cudaStream_t>(stream));
+    return flushed.dropped;
   }
 
  private:
+  using Flushed = CopyLane::Flushed;
+  // Makes `stream` wait for the copy's event that flush_for pinned (none: nothing to wait for),
+  // with the lock released meanwhile (see the flag's wait above), and unpins it.
+  void wait_outside_lock(std::unique_lock<std::mutex>& lock, cudaEvent_t event, cudaStream_t stream) {
+    if (event == nullptr) return;
+    lock.unlock();
+    const cudaError_t rc = cudaStreamWaitEvent(stream, event, 0);
+    lock.lock();
+    lane_->unpin(*copy_);
+    check(rc, cat("cudaStreamWaitEvent(", copy_->what, ")"));
+  }
+
   std::shared_ptr<CopyLane> lane_;
   std::shared_ptr<Copy> copy_;
 };
@@ -63,6 +90,7 @@ CopyLane::CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> e
       side_(device),
       options_(options),
       schedule_(options.chunk_bytes) {
+  if (options_.device_waits) flags_.emplace(device);
   dispatcher_ = std::thread([this] {
     name_this_thread(kind_ == cudaMemcpyDeviceToHost ? "teraio-lane-d2h" : "teraio-lane-h2d");
     run();
@@ -111,7 +139,7 @@ void CopyLane::wait_for(cudaStream_t compute) {
   markers_.emplace_back(++last_marker_, event);
 }
 
-CopyLane::Flushed CopyLane::flush_for(Copy& copy, cudaStream_t stream, RestOfCopy what_of_rest) {
+CopyLane::Flushed CopyLane::flush_for(Copy& copy, RestOfCopy what_of_rest) {
   // Before the rest leaves the schedule: a rest taken out and never submitted would not complete.
   check(cudaSetDevice(device_), cat("cudaSetDevice(", device_, ")"));
   bool started = true;
@@ -121,6 +149,8 @@ CopyLane::Flushed CopyLane::flush_for(Copy& copy, cudaStream_t stream, RestOfCop
     if (what_of_rest == RestOfCopy::kDrop) {
       // An empty last chunk records the copy's event behind the chunks already queued, so that
       // it completes as any copy does; it reads nothing, so it need not wait for the marker.
+      // (It would set an awaited copy's flag too, releasing its waiters without the bytes: only
+      // copies out are abandoned, and only copies in are awaited.)
       started = rest->offset > 0;
       flushed.dropped = std::exchange(rest->bytes, 0);
       submit(*rest);
@@ -129,6 +159,9 @@ CopyLane::Flushed CopyLane::flush_for(Copy& copy, cudaStream_t stream, RestOfCop
       // waits for the marker and copies it, and the lane's stream goes on with the copies that
       // are ready (with options_.side_first, only until the marker passes). Markers not yet passed are
       // numbered passed_marker_ + 1, + 2, ... in markers_.
+      // Queued under the lock, unlike a compute stream's waits: the side stream's launch queue
+      // fills only behind ~1 000 gated copies, which a device-waits lane gates only between
+      // planned steps or with every flag in use.
       const cudaEvent_t marker = markers_.at(copy.marker - passed_marker_ - 1).second;
       check(cudaStreamWaitEvent(side_.get(), marker, 0),
             cat("cudaStreamWaitEvent(marker for ", copy.what, ")"));
@@ -140,8 +173,43 @@ CopyLane::Flushed CopyLane::flush_for(Copy& copy, cudaStream_t stream, RestOfCop
       submit_rest(*rest, stream_.get(), queued_, 0);
     }
   }
-  if (started) check(cudaStreamWaitEvent(stream, copy.done, 0), cat("cudaStreamWaitEvent(", copy.what, ")"));
+  if (started && copy.done != nullptr) {
+    // Kept from the pool until the caller's wait is queued (unpin): a record of another copy
+    // would be what the stream waited for.
+    flushed.wait_on = copy.done;
+    ++copy.pins;
+  }
   return flushed;
+}
+
+void CopyLane::unpin(Copy& copy) {
+  if (--copy.pins == 0 && copy.retired_event != nullptr)
+    events_->give_back(std::exchange(copy.retired_event, nullptr));
+}
+
+std::optional<StreamFlags::Flag> CopyLane::await(const std::shared_ptr<Copy>& copy) {
+  if (!copy->flag) {
+    // Its rest is on a stream already (gated while no plan was served, or while every flag was
+    // in use): only its event can serve, as no setting of a flag would follow it.
+    if (!scheduled_.contains(copy->id)) return std::nullopt;
+    // Every flag in use (thousands of copies awaited and not done): this one is gated instead,
+    // and counted so (gated_flushes).
+    copy->flag = flags_->take();
+    if (!copy->flag) return std::nullopt;
+    awaited_.push_back(copy);
+    ++activity_.awaited;
+    activity_.awaited_bytes += schedule_.remaining(copy->id);
+  }
+  return copy->flag;
+}
+
+void CopyLane::submit_awaited() {
+  std::erase_if(awaited_, [&](const std::shared_ptr<Copy>& copy) {
+    if (copy->marker > passed_marker_) return false;
+    // Taken already where another stream waited for it after the marker passed (flush_for).
+    if (auto rest = schedule_.take_rest(copy->id)) submit_rest(*rest, stream_.get(), queued_, 0);
+    return true;
+  });
 }
 
 void CopyLane::retire_finished(std::deque<Queued>& queued) {
@@ -150,7 +218,11 @@ void CopyLane::retire_finished(std::deque<Queued>& queued) {
     if (rc == cudaErrorNotReady) return;
     Queued done = std::move(queued.front());
     queued.pop_front();
-    events_->give_back(done.event);
+    // A thread about to make a stream wait for this event (flush_for's caller) keeps it.
+    if (done.last_of && done.last_of->pins > 0)
+      done.last_of->retired_event = done.event;
+    else
+      events_->give_back(done.event);
     if (!done.last_of) continue;
     Copy& copy = *done.last_of;
     if (rc != cudaSuccess && !copy.error) {
@@ -160,6 +232,8 @@ void CopyLane::retire_finished(std::deque<Queued>& queued) {
     }
     copy.complete = true;
     copy.done = nullptr;
+    // Set behind the copy's last chunk, before its event: the flag's setting has run too.
+    if (copy.flag) flags_->give_back(*std::exchange(copy.flag, std::nullopt));
     progress_.notify_all();
   }
 }
@@ -187,6 +261,15 @@ void CopyLane::submit(const CopySchedule::Chunk& chunk, cudaStream_t stream, std
             cat("cudaMemcpyAsync(", copy->what, ")"));
   } catch (...) {
     copy->error = std::current_exception();
+  }
+  if (chunk.last && copy->flag) {
+    // A stream waits on the flag (await): it is set even if the copy failed, whose error its
+    // event's waiters see, so that the GPU does not wait forever.
+    try {
+      flags_->set(stream, *copy->flag);
+    } catch (...) {
+      if (!copy->error) copy->error = std::current_exception();
+    }
   }
   if (chunk.last) copy->done = entry.event;
   // The state so far ends here: a chunk from flush_for (another thread) makes the lane busy.
@@ -275,6 +358,7 @@ void CopyLane::run() {
     account();
     retire_finished();
     advance_markers();
+    if (!awaited_.empty()) submit_awaited();
     if (held_ > 0 && queued_.empty() && !side_moving()) quiet_.notify_all();
     holding_ = false;
     if (queued_.size() < kWindow && held_ == 0) {

@@ -12,7 +12,11 @@
 // copy still scheduled: with side_first (CopyOrder::kDeadlineAlone) the dispatcher queues no
 // chunk while one moves there, which gives it the whole link; beside the lane's chunks it may
 // get little of it (a copier test: 49 ms against 5 ms). On W3 that hold changed neither the
-// device waits nor the step (bench/RESULTS.md session 38), so it is not the default.
+// device waits nor the step (bench/RESULTS.md session 38), so it is not the default. With
+// device_waits (CopyOrder::kDeadlineDeviceWaitsIn) a stream waiting for a copy before its marker
+// passed waits on a flag instead (io/stream_flags_cuda), which the lane sets behind the copy's
+// rest, queued by the dispatcher once the marker passes: then the device wait does depend on
+// the dispatcher.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -24,12 +28,15 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "cuda_support.hpp"
+#include "stream_flags_cuda.hpp"
 #include "teraio/core/timer_slack.hpp"
 #include "teraio/io/copy_schedule.hpp"
 #include "teraio/io/device_copy.hpp"
@@ -43,11 +50,13 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   // How copies waited for are served (CopyOrder): the lane held while one moves on the side
   // stream (kDeadlineAlone), rests queued in chunks (kDeadlineChunked), or the host waiting for
   // the copy's marker instead of gating it onto the side stream (kDeadlineHostWaits, and the
-  // lane to the device in kDeadlineHostWaitsIn).
+  // lane to the device in kDeadlineHostWaitsIn), or the stream waiting for it on a flag (the
+  // lane to the device in kDeadlineDeviceWaitsIn).
   struct Options {
     bool side_first = false;
     bool chunked_rests = false;
     bool host_waits = false;
+    bool device_waits = false;
     std::size_t chunk_bytes = kDefaultLaneChunkBytes;  // checked by make_cuda_copier
   };
   CopyLane(int device, cudaMemcpyKind kind, std::shared_ptr<EventPool> events, Options options);
@@ -63,7 +72,8 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   void wait_for(cudaStream_t compute);
   // What the lane did since the last call (DeviceCopier::take_link_activity).
   LinkActivity take_activity();
-  // DeviceCopier::serve_plan: with options_.host_waits, the host waits for markers only then.
+  // DeviceCopier::serve_plan: with options_.host_waits, the host waits for markers only then
+  // (and with options_.device_waits a stream waits on a flag only then).
   void serve_plan(bool planned);
   // DeviceCopier::hold_copies: while held (holds nest), the dispatcher queues no chunk; rests
   // flushed for a stream waiting still go on. wait_idle returns true once nothing of the lane's
@@ -81,8 +91,11 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
     CopySchedule::Id id = 0;
     char* dst = nullptr;
     const char* src = nullptr;
-    std::uint64_t marker = 0;    // the compute-stream marker it waits for (0: none)
-    cudaEvent_t done = nullptr;  // recorded after its last chunk; the pool's again once complete
+    std::uint64_t marker = 0;               // the compute-stream marker it waits for (0: none)
+    cudaEvent_t done = nullptr;             // recorded after its last chunk; the pool's again once complete
+    std::optional<StreamFlags::Flag> flag;  // set behind its last chunk: a stream waits on it (await)
+    int pins = 0;                           // threads about to make a stream wait for `done` (flush_for)
+    cudaEvent_t retired_event = nullptr;    // `done` once complete while pinned: the pool's at unpin
     bool complete = false;
     std::exception_ptr error;
     std::string what;
@@ -116,16 +129,28 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   // What flush_for does with the chunks of a copy not yet queued: queue them now (behind the
   // copy's marker), or drop them (CopyEvent::abandon).
   enum class RestOfCopy { kQueue, kDrop };
-  // Takes the rest of a copy off the schedule and makes `stream` wait for what of the copy is
-  // on the lane's or the side stream then (nothing to wait for when its rest was dropped whole). Under the
-  // lock, so that its event cannot be retired and reused meanwhile. Returns the bytes dropped
-  // and where the copy stood: all of it queued already, its rest flushed onto the lane's
-  // stream, or onto the side stream (gated).
+  // Takes the rest of a copy off the schedule (under the lock) and returns the event that a
+  // stream waiting for the copy must wait for, what of the copy is on the lane's or the side stream then
+  // (none when its rest was dropped whole), pinned: the caller queues that wait outside the lock, then unpins
+  // it, so that the event is not retired and reused meanwhile. Also the bytes dropped and where the copy
+  // stood: all of it queued already, its rest flushed onto the lane's stream, or onto the side stream
+  // (gated).
   struct Flushed {
     std::size_t dropped = 0;
     StreamWait how = StreamWait::kQueued;
+    cudaEvent_t wait_on = nullptr;
   };
-  Flushed flush_for(Copy& copy, cudaStream_t stream, RestOfCopy what_of_rest);
+  Flushed flush_for(Copy& copy, RestOfCopy what_of_rest);
+  void unpin(Copy& copy);
+  // The flag a stream is to wait on for a copy none of which is queued, its marker not passed
+  // (taken now if it has none); the dispatcher queues its rest once the marker has passed
+  // (submit_awaited). None where its rest is on a stream already, or every flag is in use.
+  // Under the lock; the caller queues the wait outside it.
+  std::optional<StreamFlags::Flag> await(const std::shared_ptr<Copy>& copy);
+  // The dispatcher: the rests of copies awaited whose markers have passed go on the lane's
+  // stream now, each in one piece, ahead of its other chunks, as a host-waits order's waiting
+  // thread would queue them (and while the lane is held, as such a thread's would).
+  void submit_awaited();
 
   int device_;
   cudaMemcpyKind kind_;
@@ -143,6 +168,8 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
   std::deque<Queued> queued_;
   std::deque<Queued> side_queued_;                             // on side_: outside the window
   std::deque<std::pair<std::uint64_t, cudaEvent_t>> markers_;  // recorded, not yet seen passed
+  std::optional<StreamFlags> flags_;                           // with options_.device_waits
+  std::vector<std::shared_ptr<Copy>> awaited_;                 // awaited, their rests not yet queued
   std::uint64_t last_marker_ = 0;
   std::uint64_t passed_marker_ = 0;
   bool stopping_ = false;

@@ -50,4 +50,9 @@ std::optional<CopySchedule::Chunk> CopySchedule::take_rest(Id id) {
   return chunk;
 }
 
+std::size_t CopySchedule::remaining(Id id) const {
+  const auto found = copies_.find(id);
+  return found == copies_.end() ? 0 : found->second.bytes - found->second.sent;
+}
+
 }  // namespace teraio::io

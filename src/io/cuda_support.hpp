@@ -1,5 +1,6 @@
 // io/cuda_support: what the CUDA copier's parts share (device_copy_cuda.cpp, copy_lane_cuda.cpp):
-// error checks in the engine's terms, a pool of reusable events, a stream drained on destruction.
+// error checks in the engine's terms, driver functions looked up through the runtime, a pool of
+// reusable events, a stream drained on destruction.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -24,6 +25,21 @@ inline void check(cudaError_t rc, const std::string& call) {
 
 inline void warn_if_failed(cudaError_t rc, const char* call) {
   if (rc != cudaSuccess) log::warn(call, " failed during cleanup: ", cudaGetErrorString(rc));
+}
+
+// A CUDA driver function, looked up through the runtime (cudaGetDriverEntryPointByVersion), as
+// TeraIO links only cudart; `abi` is the driver ABI version asked for. kUnsupported, naming
+// `needed_by`, where the driver has none.
+template <typename Function>
+Function driver_entry_point(const char* name, unsigned int abi, const char* needed_by) {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  check(cudaGetDriverEntryPointByVersion(name, &function, abi, cudaEnableDefault, &found),
+        cat("cudaGetDriverEntryPointByVersion(", name, ")"));
+  if (found != cudaDriverEntryPointSuccess || function == nullptr)
+    throw Error(ErrorKind::kUnsupported,
+                cat("the CUDA driver has no ", name, " (needed by ", needed_by, ")"));
+  return reinterpret_cast<Function>(function);
 }
 
 // Events are created once and reused: cudaEventCreate costs microseconds, a copy may be tiny.

@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <mutex>
 #include <vector>
 
@@ -85,6 +86,21 @@ class LaneHold final : public CopyHold {
   bool quiet_ = false;
 };
 
+// CUDA does not see what a stream's wait on a flag waits for (the lane's copy and the setting of
+// the flag, queued later on the lane's stream). With every stream on one hardware queue
+// (CUDA_DEVICE_MAX_CONNECTIONS=1, as some Megatron setups set) those would stand behind the
+// wait, and the GPU would wait forever: refused. With the default 8 queues a lane's stream may
+// still share one with a compute stream; whether CUDA then lets the copy by is for the GPU runs
+// to show (the copier tests end a hang with a watchdog).
+void refuse_a_single_hardware_queue() {
+  const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (connections != nullptr && std::atoi(connections) == 1)
+    throw Error(ErrorKind::kUnsupported,
+                "the deadline-device-waits-in copy order needs more than one hardware queue: with "
+                "CUDA_DEVICE_MAX_CONNECTIONS=1 the copy a compute stream waits for on a flag would queue "
+                "behind that wait");
+}
+
 class CudaCopier final : public DeviceCopier {
  public:
   CudaCopier(int device, CopyOrder order, std::size_t chunk_bytes)
@@ -95,14 +111,18 @@ class CudaCopier final : public DeviceCopier {
         to_host_(device),
         to_device_(device) {
     if (order == CopyOrder::kIssue) return;
+    if (order == CopyOrder::kDeadlineDeviceWaitsIn) refuse_a_single_hardware_queue();
     const bool alone = order == CopyOrder::kDeadlineAlone;
     const bool chunked = order == CopyOrder::kDeadlineChunked;
     const bool host_waits_out = order == CopyOrder::kDeadlineHostWaits;
     const bool host_waits_in = host_waits_out || order == CopyOrder::kDeadlineHostWaitsIn;
-    lanes_[0] = std::make_shared<CopyLane>(device, cudaMemcpyDeviceToHost, events_,
-                                           CopyLane::Options{alone, chunked, host_waits_out, chunk_bytes});
-    lanes_[1] = std::make_shared<CopyLane>(device, cudaMemcpyHostToDevice, events_,
-                                           CopyLane::Options{alone, chunked, host_waits_in, chunk_bytes});
+    const bool device_waits_in = order == CopyOrder::kDeadlineDeviceWaitsIn;
+    lanes_[0] =
+        std::make_shared<CopyLane>(device, cudaMemcpyDeviceToHost, events_,
+                                   CopyLane::Options{alone, chunked, host_waits_out, false, chunk_bytes});
+    lanes_[1] = std::make_shared<CopyLane>(
+        device, cudaMemcpyHostToDevice, events_,
+        CopyLane::Options{alone, chunked, host_waits_in, device_waits_in, chunk_bytes});
   }
 
   std::string name() const override { return cat("cuda:", device_); }
@@ -126,6 +146,9 @@ class CudaCopier final : public DeviceCopier {
         order_ == CopyOrder::kDeadlineChunked ? ", their rests in chunks too" : "",
         order_ == CopyOrder::kDeadlineHostWaits ? ", the host waiting for their markers" : "",
         order_ == CopyOrder::kDeadlineHostWaitsIn ? ", the host waiting for the markers of copies in" : "",
+        order_ == CopyOrder::kDeadlineDeviceWaitsIn
+            ? ", the GPU waiting on flags for copies in ahead of their markers"
+            : "",
         "; dispatchers poll with ",
         to_host == to_device ? to_host : cat(to_host, " (to host), ", to_device, " (to device)"), ")");
   }

@@ -50,6 +50,7 @@ std::string_view to_string(StreamWait how) {
     case StreamWait::kQueued: return "queued";
     case StreamWait::kFlushed: return "flushed";
     case StreamWait::kGated: return "gated";
+    case StreamWait::kAwaited: return "awaited";
   }
   return "?";
 }
@@ -62,6 +63,7 @@ std::string_view to_string(CopyOrder order) {
     case CopyOrder::kDeadlineChunked: return "deadline-chunked";
     case CopyOrder::kDeadlineHostWaits: return "deadline-host-waits";
     case CopyOrder::kDeadlineHostWaitsIn: return "deadline-host-waits-in";
+    case CopyOrder::kDeadlineDeviceWaitsIn: return "deadline-device-waits-in";
   }
   return "?";
 }
@@ -69,12 +71,12 @@ std::string_view to_string(CopyOrder order) {
 CopyOrder parse_copy_order(std::string_view text) {
   for (const CopyOrder order :
        {CopyOrder::kIssue, CopyOrder::kDeadline, CopyOrder::kDeadlineAlone, CopyOrder::kDeadlineChunked,
-        CopyOrder::kDeadlineHostWaits, CopyOrder::kDeadlineHostWaitsIn})
+        CopyOrder::kDeadlineHostWaits, CopyOrder::kDeadlineHostWaitsIn, CopyOrder::kDeadlineDeviceWaitsIn})
     if (text == to_string(order)) return order;
   throw Error(ErrorKind::kInvalidArgument,
               cat("unknown copy order '", text,
-                  "' (expected issue, deadline, deadline-alone, deadline-chunked, deadline-host-waits or "
-                  "deadline-host-waits-in)"));
+                  "' (expected issue, deadline, deadline-alone, deadline-chunked, deadline-host-waits, "
+                  "deadline-host-waits-in or deadline-device-waits-in)"));
 }
 
 std::string_view to_string(HeldCopies held) {

@@ -19,14 +19,7 @@ constexpr unsigned int kDriverAbi = 12000;
 
 template <typename Function>
 Function driver_call(const char* name) {
-  void* function = nullptr;
-  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  check(cudaGetDriverEntryPointByVersion(name, &function, kDriverAbi, cudaEnableDefault, &found),
-        cat("cudaGetDriverEntryPointByVersion(", name, ")"));
-  if (found != cudaDriverEntryPointSuccess || function == nullptr)
-    throw Error(ErrorKind::kUnsupported,
-                cat("the CUDA driver has no ", name, " (needed by the paged allocator)"));
-  return reinterpret_cast<Function>(function);
+  return driver_entry_point<Function>(name, kDriverAbi, "the paged allocator");
 }
 
 class CudaPageDriver final : public PageDriver {

@@ -36,6 +36,8 @@ py::dict link_dict(const io::LinkActivity& a) {
   d["gated_bytes"] = a.gated_bytes;
   d["held_s"] = a.held_s;
   d["host_waited_s"] = a.host_waited_s;
+  d["awaited"] = a.awaited;
+  d["awaited_bytes"] = a.awaited_bytes;
   d["holds"] = a.holds;
   d["held_for_driver_s"] = a.held_for_driver_s;
   return d;

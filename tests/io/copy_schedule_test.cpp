@@ -86,14 +86,18 @@ TEST(CopySchedule, TheRestOfACopyCanBeTakenAtOnce) {
   CopySchedule s(100);
   const auto big = s.add(250, {false, 500});
   const auto other = s.add(10, {false, 900});
+  EXPECT_EQ(s.remaining(big), 250u);
   ASSERT_TRUE(s.next(kAll));  // big's first 100 bytes
+  EXPECT_EQ(s.remaining(big), 150u);
   const auto rest = s.take_rest(big);
   ASSERT_TRUE(rest);
   EXPECT_EQ(rest->offset, 100u);
   EXPECT_EQ(rest->bytes, 150u);
   EXPECT_TRUE(rest->last);
   EXPECT_FALSE(s.take_rest(big));
+  EXPECT_EQ(s.remaining(big), 0u);  // taken: nothing of it left to hand out
   EXPECT_EQ(drain(s), (std::vector{other}));
+  EXPECT_EQ(s.remaining(other), 0u);
 }
 
 TEST(CopySchedule, AnEmptyCopyIsOneLastChunk) {

@@ -3,11 +3,18 @@
 // (except the checks that a missing device is reported cleanly).
 #include <gtest/gtest.h>
 
+#ifdef TERAIO_TEST_CUDA_RUNTIME
+#include <cuda_runtime_api.h>
+#endif
+
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -317,6 +324,191 @@ TEST(CudaCopier, InHostWaitsInOrderOnlyCopiesInWaitOnTheHost) {
       << t.copier->order();
 }
 
+// Ends the test process when a step takes longer than `limit`: a hang behind a stream's wait on
+// a flag that is never set would otherwise hang the whole test binary.
+class Watchdog {
+ public:
+  Watchdog(const char* what, std::chrono::seconds limit)
+      : thread_([this, what, limit] {
+          std::unique_lock lock(mutex_);
+          if (!done_changed_.wait_for(lock, limit, [&] { return done_; })) {
+            std::fprintf(stderr, "%s did not finish within %lld s: the GPU waits on a flag never set\n", what,
+                         static_cast<long long>(limit.count()));
+            std::_Exit(1);
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    done_changed_.notify_all();
+    thread_.join();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_changed_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// In deadline-device-waits-in order a copy into the device waited for before the GPU passed its
+// marker (behind the ~20 ms hold) is awaited: the host goes on at once, and the compute stream
+// waits on a flag that the lane sets behind the copy it queues once the marker passes. Work
+// queued behind the wait (a copy out of the awaited copy's last 8 MiB, behind a marker after
+// the wait) sees the copied bytes: without the wait that copy out would start as the hold ends,
+// with the 256 MiB copy in (~5 ms) just starting, and read its tail before it landed.
+struct AwaitedBehindAHeldMarker {
+  static constexpr std::size_t kBig = 1024 * kMiB;
+  static constexpr std::size_t kAwaited = 256 * kMiB;
+  static constexpr std::size_t kTail = 8 * kMiB;
+  AwaitedBehindAHeldMarker()
+      : copier(make_cuda_copier(0, CopyOrder::kDeadlineDeviceWaitsIn)),
+        host(*copier, kBig),
+        back(*copier, kTail),
+        big(*copier, kBig),
+        awaited(*copier, kAwaited) {
+    for (std::size_t i = 0; i < kAwaited; ++i) host.data()[i] = static_cast<std::uint8_t>(i * 7 + 3);
+    std::memset(back.data(), 0, kTail);
+    // The tail zeroed first: the last test's buffer of the same size may hold the pattern.
+    copier->to_device(static_cast<std::uint8_t*>(awaited.data()) + kAwaited - kTail, back.data(), kTail)
+        ->wait();
+    static_cast<void>(copier->take_link_activity());
+    holding = copier->to_device(big.data(), host.data(), kBig, {false, 1000});
+    holding->block_stream(nullptr);                              // the compute stream waits ~20 ms
+    copier->wait_for_stream(nullptr, CopyDirection::kToDevice);  // the marker: after that wait
+    waited = copier->to_device(awaited.data(), host.data(), kAwaited, {false, 1});
+  }
+  // Whether the awaited copy's tail was there for the work queued behind the compute stream's wait.
+  bool seen_after_the_wait() {
+    copier->wait_for_stream(nullptr, CopyDirection::kToHost);
+    constexpr std::size_t kTailAt = kAwaited - kTail;
+    copier->to_host(back.data(), static_cast<std::uint8_t*>(awaited.data()) + kTailAt, kTail)->wait();
+    return std::memcmp(back.data(), host.data() + kTailAt, kTail) == 0;
+  }
+  std::unique_ptr<DeviceCopier> copier;
+  PinnedBuffer host;
+  PinnedBuffer back;
+  DeviceBuffer big;
+  DeviceBuffer awaited;
+  std::unique_ptr<CopyEvent> holding;
+  std::unique_ptr<CopyEvent> waited;
+};
+
+TEST(CudaCopier, InDeviceWaitsInOrderTheGpuWaitsOnAFlagAndTheHostGoesOn) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  const Watchdog watchdog("the awaited copy", std::chrono::seconds(30));
+  AwaitedBehindAHeldMarker t;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(t.waited->block_stream(nullptr), StreamWait::kAwaited);
+  const double blocked_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(t.waited->block_stream(nullptr), StreamWait::kAwaited);  // a second wait, on the same flag
+  EXPECT_TRUE(t.seen_after_the_wait());
+  t.waited->wait();
+  t.holding->wait();
+  const LinkActivity in = t.copier->take_link_activity()->to_device;
+  std::printf("block_stream returned after %.3f ms; the lane to the device busy %.1f ms\n", blocked_s * 1e3,
+              in.busy_s * 1e3);
+  EXPECT_LT(blocked_s, 0.005);  // the hold: 1 GiB at ~50 GB/s, ~20 ms, which a host wait would take
+  EXPECT_EQ(in.awaited, 1u);
+  EXPECT_EQ(in.awaited_bytes, AwaitedBehindAHeldMarker::kAwaited);
+  EXPECT_EQ(in.gated_flushes, 0u);
+  EXPECT_EQ(in.host_waited_s, 0.0);
+  EXPECT_EQ(in.bytes, AwaitedBehindAHeldMarker::kBig + AwaitedBehindAHeldMarker::kAwaited);
+  EXPECT_NE(t.copier->order().find("the GPU waiting on flags for copies in"), std::string::npos)
+      << t.copier->order();
+}
+
+// cudaFree waits for the device, the compute stream included, which waits for the dispatcher's
+// calls: they must get through while cudaFree waits.
+TEST(CudaCopier, ADeviceWaitForACopyNotYetQueuedLetsADeviceSynchronizationEnd) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  const Watchdog watchdog("cudaFree behind an awaited copy", std::chrono::seconds(30));
+  AwaitedBehindAHeldMarker t;
+  auto freed = std::make_unique<DeviceBuffer>(*t.copier, kMiB);
+  ASSERT_EQ(t.waited->block_stream(nullptr), StreamWait::kAwaited);
+  const auto start = std::chrono::steady_clock::now();
+  freed.reset();
+  const double free_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("cudaFree returned after %.1f ms\n", free_s * 1e3);
+  EXPECT_GT(free_s, 0.005);  // it waited for the hold and the awaited copy (~25 ms)
+  t.waited->wait();
+  EXPECT_TRUE(t.seen_after_the_wait());
+  t.holding->wait();
+}
+
+#ifdef TERAIO_TEST_CUDA_RUNTIME
+// CUDA does not see what a wait on a flag waits for: a compute stream sharing a hardware queue
+// with the lane's stream could hold the copy and the flag's setting behind its wait. 32 compute
+// streams made after the copier (the default is 8 queues) each wait for a copy of their own
+// behind one ~20 ms hold, and copy it on, device to device, right behind the wait: every stream
+// must pass, each seeing its bytes.
+TEST(CudaCopier, AwaitedCopiesPassOnManyComputeStreams) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  const Watchdog watchdog("32 compute streams behind awaited copies", std::chrono::seconds(60));
+  constexpr int kStreams = 32;
+  constexpr std::size_t kHold = 1024 * kMiB;
+  constexpr std::size_t kEach = 8 * kMiB;
+  auto copier = make_cuda_copier(0, CopyOrder::kDeadlineDeviceWaitsIn);
+  PinnedBuffer host(*copier, kHold);
+  PinnedBuffer back(*copier, kEach * kStreams);
+  DeviceBuffer hold(*copier, kHold);
+  DeviceBuffer landed(*copier, kEach * kStreams);
+  DeviceBuffer seen(*copier, kEach * kStreams);
+  for (std::size_t i = 0; i < kEach * kStreams; ++i) host.data()[i] = static_cast<std::uint8_t>(i * 11 + 5);
+  ASSERT_EQ(cudaMemset(landed.data(), 0, kEach * kStreams), cudaSuccess);
+  ASSERT_EQ(cudaMemset(seen.data(), 0, kEach * kStreams), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<cudaStream_t> streams(kStreams);
+  for (cudaStream_t& stream : streams)
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  auto holding = copier->to_device(hold.data(), host.data(), kHold, {false, 1000});
+  std::vector<std::unique_ptr<CopyEvent>> copies;
+  for (int s = 0; s < kStreams; ++s) {
+    const std::size_t at = static_cast<std::size_t>(s) * kEach;
+    holding->block_stream(streams[s]);                              // each stream behind the hold
+    copier->wait_for_stream(streams[s], CopyDirection::kToDevice);  // its marker: after that
+    copies.push_back(copier->to_device(static_cast<std::uint8_t*>(landed.data()) + at, host.data() + at,
+                                       kEach, {false, static_cast<std::uint64_t>(s + 1)}));
+    EXPECT_EQ(copies.back()->block_stream(streams[s]), StreamWait::kAwaited) << "stream " << s;
+    ASSERT_EQ(cudaMemcpyAsync(static_cast<std::uint8_t*>(seen.data()) + at,
+                              static_cast<std::uint8_t*>(landed.data()) + at, kEach, cudaMemcpyDeviceToDevice,
+                              streams[s]),
+              cudaSuccess);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(back.data(), seen.data(), kEach * kStreams, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (int s = 0; s < kStreams; ++s) {
+    const std::size_t at = static_cast<std::size_t>(s) * kEach;
+    EXPECT_EQ(std::memcmp(back.data() + at, host.data() + at, kEach), 0) << "stream " << s;
+  }
+  for (auto& copy : copies) copy->wait();
+  holding->wait();
+  EXPECT_EQ(copier->take_link_activity()->to_device.awaited, static_cast<std::uint64_t>(kStreams));
+  for (cudaStream_t stream : streams) EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+#endif
+
+// Without a plan the device-waits order gates such a copy as deadline order does.
+TEST(CudaCopier, WithoutAPlanTheDeviceWaitsOrderGates) {
+  if (!have_device()) GTEST_SKIP() << cuda_inventory().detail;
+  const Watchdog watchdog("the gated copy", std::chrono::seconds(30));
+  AwaitedBehindAHeldMarker t;
+  t.copier->serve_plan(false);
+  EXPECT_EQ(t.waited->block_stream(nullptr), StreamWait::kGated);
+  t.copier->serve_plan(true);
+  // Its rest is on the side stream now: a later wait, its marker still ahead, takes the event.
+  EXPECT_NE(t.waited->block_stream(nullptr), StreamWait::kAwaited);
+  EXPECT_TRUE(t.seen_after_the_wait());
+  t.holding->wait();
+  const LinkActivity in = t.copier->take_link_activity()->to_device;
+  EXPECT_EQ(in.awaited, 0u);
+  EXPECT_EQ(in.gated_flushes, 1u);
+}
+
 // A copy waited for before its marker passed waits for the marker on a side stream, not on the
 // lane's stream: a ready copy behind it on the lane finishes long before the marker passes. The
 // compute stream is held by a 2 GiB copy to the host (about 40 ms); 256 MiB to the device take
@@ -580,6 +772,9 @@ TEST(CudaCopier, CopyOrdersParseAndPrint) {
   EXPECT_EQ(to_string(CopyOrder::kDeadlineHostWaits), "deadline-host-waits");
   EXPECT_EQ(parse_copy_order("deadline-host-waits-in"), CopyOrder::kDeadlineHostWaitsIn);
   EXPECT_EQ(to_string(CopyOrder::kDeadlineHostWaitsIn), "deadline-host-waits-in");
+  EXPECT_EQ(parse_copy_order("deadline-device-waits-in"), CopyOrder::kDeadlineDeviceWaitsIn);
+  EXPECT_EQ(to_string(CopyOrder::kDeadlineDeviceWaitsIn), "deadline-device-waits-in");
+  EXPECT_EQ(to_string(StreamWait::kAwaited), "awaited");
   EXPECT_THROW(parse_copy_order("fifo"), Error);
 }
 

@@ -8,7 +8,8 @@ import link_activity  # noqa: E402
 
 def step(busy, waiting, idle, gigabytes):
     one = dict(busy_s=busy, waiting_s=waiting, idle_s=idle, chunks=int(gigabytes * 128), bytes=int(gigabytes * 1e9),
-               gated_flushes=0, gated_bytes=0, held_s=0, host_waited_s=0, holds=0, held_for_driver_s=0)
+               gated_flushes=0, gated_bytes=0, held_s=0, host_waited_s=0, awaited=0, awaited_bytes=0, holds=0,
+               held_for_driver_s=0)
     return {"link": {"to_host": one, "to_device": dict(one, busy_s=busy * 2)}}
 
 
@@ -16,7 +17,8 @@ def test_the_median_is_taken_per_direction_and_field():
     steps = [step(10, 1, 5, 500), step(12, 3, 1, 600), step(11, 2, 9, 550), {"link": None}]
     m = link_activity.median(steps)
     assert m["to_host"] == dict(busy_s=11, waiting_s=2, idle_s=5, chunks=550 * 128, bytes=int(550e9), gated_flushes=0,
-                                gated_bytes=0, held_s=0, host_waited_s=0, holds=0, held_for_driver_s=0)
+                                gated_bytes=0, held_s=0, host_waited_s=0, awaited=0, awaited_bytes=0, holds=0,
+                                held_for_driver_s=0)
     assert m["to_device"]["busy_s"] == 22
 
 
@@ -70,3 +72,11 @@ def test_the_holds_for_the_allocators_driver_calls_are_named_and_older_records_h
     for direction in old["link"].values():
         del direction["holds"], direction["held_for_driver_s"]
     assert link_activity.median([old])["to_host"]["holds"] == 0
+
+
+def test_copies_the_gpu_awaits_on_flags_are_named():
+    link = step(10, 1.5, 5, 500)["link"]
+    link["to_device"].update(awaited=3000, awaited_bytes=300 * 2**30)
+    assert link_activity.describe(link).endswith(
+        "to device busy 20.00 s (25.0 GB/s), waiting 1.50 s, idle 5.00 s, 3000 copies awaited by the GPU on flags ahead "
+        "of their compute marker (300.0 GiB)")

@@ -2,7 +2,8 @@
 deadlines (the default, as the planner and simulator assume; "deadline-alone" gives a copy
 waited for the link to itself, "deadline-chunked" queues the rest of such a copy in chunks too,
 "deadline-host-waits" has the host wait for its marker instead of gating it, and
-"deadline-host-waits-in" so for copies into the device only) or as issued, the deadline orders
+"deadline-host-waits-in" so for copies into the device only, "deadline-device-waits-in" has the
+GPU wait for those on a flag instead, the host going on) or as issued, the deadline orders
 in pieces of copy_chunk bytes (8 MiB unless given). Whichever runs is named in the session's
 backends report; the training itself is bit-exact either way."""
 from __future__ import annotations
@@ -42,7 +43,7 @@ def test_the_cpu_copier_says_it_runs_copies_as_issued():
 
 @requires_cuda
 @pytest.mark.parametrize("order", ["deadline", "deadline-alone", "deadline-chunked", "deadline-host-waits",
-                                   "deadline-host-waits-in", "issue"])
+                                   "deadline-host-waits-in", "deadline-device-waits-in", "issue"])
 def test_the_cuda_copier_reports_the_order_that_runs(order):
     with teraio.Session(gpu_budget="1GiB", device="cuda", copy_order=order) as session:
         assert f"copier cuda:0 in {order} order" in session.report()["backends"]

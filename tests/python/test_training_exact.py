@@ -270,12 +270,12 @@ def test_the_first_planned_step_starts_where_the_plan_does(device, swap_dir):
 
 
 @pytest.mark.parametrize("order", ["issue", "deadline-alone", "deadline-chunked", "deadline-host-waits",
-                                   "deadline-host-waits-in"])
+                                   "deadline-host-waits-in", "deadline-device-waits-in"])
 def test_copies_in_other_orders_stay_exact(device, swap_dir, order):
     # The other cases run the CUDA copier in deadline order (the default); these as issued, by
     # deadline with the copies waited for alone on the link, by deadline with the rests of copies
-    # waited for queued in chunks, by deadline with the host waiting for their markers, and so
-    # for copies into the device only.
+    # waited for queued in chunks, by deadline with the host waiting for their markers, so for
+    # copies into the device only, and with the GPU waiting for those on flags instead.
     run = check_case(gpt, adamw, device, swap_dir, host_budget="64MiB", ssd=[], copy_order=order)
     ran = order if torch.device(device).type == "cuda" else "issue"  # the host copier has one order
     assert f"in {ran} order" in run.report["backends"]
@@ -284,6 +284,12 @@ def test_copies_in_other_orders_stay_exact(device, swap_dir, order):
         unplanned = [s["link"] for s in run.report["steps"] if s["phase"] != "planned"]
         assert unplanned and all(link["to_host"]["host_waited_s"] == 0 and link["to_device"]["host_waited_s"] == 0
                                  for link in unplanned), unplanned
+    if ran == "deadline-device-waits-in":
+        # The host never waits for a marker; the GPU awaits copies in only in planned steps.
+        links = [(s["phase"], s["link"]) for s in run.report["steps"]]
+        assert all(link[way]["host_waited_s"] == 0 for _, link in links for way in ("to_host", "to_device")), links
+        assert all(link["to_host"]["awaited"] == 0 for _, link in links), links
+        assert all(link["to_device"]["awaited"] == 0 for phase, link in links if phase != "planned"), links
 
 
 def test_blocks_kept_for_later_fetches_stay_exact(device, swap_dir):

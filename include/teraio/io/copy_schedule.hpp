@@ -46,6 +46,8 @@ class CopySchedule {
   // Everything not yet handed out of copy `id`, as its last chunk (it leaves the schedule);
   // nothing for an unknown or finished id. For a copy something must wait for right away.
   std::optional<Chunk> take_rest(Id id);
+  // The bytes of copy `id` not yet handed out; 0 for an unknown or finished id.
+  std::size_t remaining(Id id) const;
 
   bool empty() const { return order_.empty(); }
   std::size_t pending() const { return order_.size(); }

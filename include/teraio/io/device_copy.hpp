@@ -49,18 +49,30 @@ enum class CopyDirection { kToHost, kToDevice };
 // kDeadlineHostWaitsIn keeps the host's waits to copies into the device, where the deadline
 // order is what the plan counts on, and gates copies out as kDeadline does: a copy out waited
 // for is for room, and its bytes go to the host. On W3 both host-waits orders ran 1.1% faster
-// than kDeadline on one H200 (bench/RESULTS.md session 41).
+// than kDeadline on one H200 (bench/RESULTS.md session 41). But the host waits so 3.6-3.9 s a
+// step on W3 (session 45), and each wait leaves the GPU only the work queued before the host
+// woke: kDeadlineDeviceWaitsIn serves copies into the device waited for before their marker as
+// kDeadlineHostWaitsIn does, their rests on the lane's stream once the marker passes, ahead of
+// the lane's other chunks, but the compute stream, not the host, waits for them: on a flag in
+// device memory (io/stream_flags_cuda) that the lane sets behind the rest, queued by the
+// dispatcher. The host goes on; its lead is bounded by memory only. Copies out are gated as in
+// kDeadline. The GPU then goes on only once the dispatcher has queued the rest: a thread that
+// makes the device wait for all streams (cudaDeviceSynchronize, cudaFree) while such a copy is
+// pending waits for the dispatcher's calls, which must get through meanwhile (the CUDA copier
+// test ADeviceWaitForACopyNotYetQueuedLetsADeviceSynchronizationEnd).
 enum class CopyOrder {
   kIssue,
   kDeadline,
   kDeadlineAlone,
   kDeadlineChunked,
   kDeadlineHostWaits,
-  kDeadlineHostWaitsIn
+  kDeadlineHostWaitsIn,
+  kDeadlineDeviceWaitsIn
 };
 std::string_view to_string(CopyOrder order);
-// "issue", "deadline", "deadline-alone", "deadline-chunked", "deadline-host-waits" or
-// "deadline-host-waits-in"; throws Error{kInvalidArgument} for anything else.
+// "issue", "deadline", "deadline-alone", "deadline-chunked", "deadline-host-waits",
+// "deadline-host-waits-in" or "deadline-device-waits-in"; throws Error{kInvalidArgument} for
+// anything else.
 CopyOrder parse_copy_order(std::string_view text);
 
 // The piece a deadline-order lane queues at a time (about 160 µs at 50 GB/s): a more urgent copy
@@ -81,9 +93,11 @@ std::size_t checked_lane_chunk(std::size_t bytes);
 // on the side stream behind a device-side wait for its marker (deadline order; the side stream
 // runs its copies in the order they come). Which it was tells a late copy's cause apart: a link
 // behind its plan, or a copy issued before the GPU reached the point it may start at (W3's
-// 16 KiB prefetches waited 20-30 ms each, bench/RESULTS.md session 37).
-enum class StreamWait : std::uint8_t { kDone, kQueued, kFlushed, kGated };
-// "done", "queued", "flushed" or "gated".
+// 16 KiB prefetches waited 20-30 ms each, bench/RESULTS.md session 37). Awaited: none of it
+// queued, its marker not passed, the stream made to wait on a flag the lane sets once the rest
+// it queues later is done (CopyOrder::kDeadlineDeviceWaitsIn).
+enum class StreamWait : std::uint8_t { kDone, kQueued, kFlushed, kGated, kAwaited };
+// "done", "queued", "flushed", "gated" or "awaited".
 std::string_view to_string(StreamWait how);
 
 // Completion of one asynchronous copy. wait() rethrows a copy failure as teraio::Error.
@@ -131,6 +145,11 @@ struct LinkActivity {
   // (CopyOrder::kDeadlineHostWaits, and kDeadlineHostWaitsIn to the device, while serving a
   // plan: DeviceCopier::serve_plan; 0 otherwise).
   double host_waited_s = 0;
+  // Copies a stream waited for on a flag before their marker passed, and their bytes
+  // (CopyOrder::kDeadlineDeviceWaitsIn to the device, while serving a plan; 0 otherwise): each
+  // counted once, however many streams waited.
+  std::uint64_t awaited = 0;
+  std::uint64_t awaited_bytes = 0;
   // Holds (DeviceCopier::hold_copies) and, of the time above, the time one was on while copies
   // were scheduled (queued on no stream yet).
   std::uint64_t holds = 0;
