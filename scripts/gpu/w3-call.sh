@@ -44,6 +44,8 @@
 #   IDEAL_ARGS="--host-syncs off"     options added to the ideal's command (session 39)
 #   COPIER=1                          first build and run the CUDA copier's C++ tests
 #   EXACT=1                           then the exact suite's CUDA cases
+#   STOP_ON_FAIL=1                    no runs when the copier or exact tests failed (session 45: a
+#                                     copy order whose tests hang would hang its runs too)
 #   PAGED=1                           then the paged allocator's tests (its CUDA cases in fresh
 #                                     processes, the recording replayed by build/gpu's CLI; session 42)
 #   VMM=1                             then bench/vmm_costs.py at 16 MiB pages: idle, with the GPU busy,
@@ -59,6 +61,7 @@
 # Run from the repository root; carry .deps.
 set -uo pipefail
 start=$SECONDS
+failed=""
 out=${OUT:-$PWD/out}
 work=/var/tmp/${CALL_TAG:-w3}/$(date +%s)  # one folder a call: names repeat from call to call
 mkdir -p "$work" "$out"
@@ -68,7 +71,7 @@ ensure_native_module "$out"; echo "built ($((SECONDS - start)) s)"
 if [ -n "${COPIER:-}" ]; then
   { ninja -C build/gpu -j "$(nproc)" teraio_io_cuda_tests >"$work/copier-build.log" 2>&1 &&
     timeout 240 build/gpu/tests/io/teraio_io_cuda_tests --gtest_filter='CudaCopier*'; } >"$work/copier.log" 2>&1
-  echo "copier tests: status $? ($((SECONDS - start)) s)"
+  status=$?; echo "copier tests: status $status ($((SECONDS - start)) s)"; [ "$status" = 0 ] || failed=1
   grep -E "order:|ready copy|PASSED|FAILED|OK \]" "$work/copier.log" | cut -c1-200
   tar -C "$work" -rf "$out/call.tar" copier.log copier-build.log
 fi
@@ -83,7 +86,8 @@ fi
 if [ -n "${EXACT:-}" ]; then
   PYTHONPATH=$(pytest_pythonpath) timeout 200 python3 -m pytest -q -p no:cacheprovider \
     tests/python/test_training_exact.py tests/python/test_session_copy_order.py tests/python/test_session_host_syncs.py -k cuda >"$work/exact.log" 2>&1
-  echo "exact suite (cuda): status $? ($((SECONDS - start)) s)"; tail -n 5 "$work/exact.log"
+  status=$?; echo "exact suite (cuda): status $status ($((SECONDS - start)) s)"; tail -n 5 "$work/exact.log"
+  [ "$status" = 0 ] || failed=1
   tar -C "$work" -rf "$out/call.tar" exact.log
 fi
 if [ -n "${PAGED:-}" ]; then
@@ -114,6 +118,9 @@ if [ -n "${VMM:-}" ]; then
   done >"$work/vmm.md"
   echo "vmm costs ($((SECONDS - start)) s)"; cat "$work/vmm.md"
   tar -C "$work" -rf "$out/call.tar" vmm.md
+fi
+if [ -n "${STOP_ON_FAIL:-}" ] && [ -n "${failed:-}" ]; then
+  echo "STOP_ON_FAIL: tests failed, the runs ($RUNS) skipped"; RUNS=""
 fi
 i=0
 for run in ${RUNS:-}; do
