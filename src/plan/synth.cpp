@@ -58,6 +58,7 @@ struct Param {
   int tensor = -1;
   int grad = -1;
   std::vector<int> states;
+  bool stepped = false;  // its optimizer operator emitted
 };
 
 class TraceBuilder {
@@ -75,7 +76,10 @@ class TraceBuilder {
 
   trace::Trace build() {
     make_parameters();
-    for (std::uint32_t mb = 0; mb < model_.micro_batches; ++mb) micro_batch(mb);
+    for (std::uint32_t mb = 0; mb < model_.micro_batches; ++mb) {
+      stepping_in_backward_ = model_.optimizer_in_backward && mb + 1 == model_.micro_batches;
+      micro_batch(mb);
+    }
     optimizer();
     trace::Trace t;
     t.ops = std::move(ops_);
@@ -365,16 +369,32 @@ class TraceBuilder {
   }
 
   void backward() {
-    for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
-      const Node& n = *it;
+    // With the optimizer in the backward pass, a parameter steps once the node that uses it
+    // first in the forward pass, the last to add to its gradient, has run its backward.
+    std::unordered_map<std::size_t, std::vector<int>> steps_after;
+    if (stepping_in_backward_) {
+      std::unordered_map<int, std::size_t> first_use;
+      for (std::size_t i = nodes_.size(); i-- > 0;)
+        if (nodes_[i].param >= 0) first_use[nodes_[i].param] = i;
+      for (const auto& [param, node] : first_use) steps_after[node].push_back(param);
+    }
+    for (std::size_t i = nodes_.size(); i-- > 0;) {
+      backward_of(nodes_[i]);
+      if (const auto due = steps_after.find(i); due != steps_after.end())
+        for (const int param : due->second) optimizer_step(params_[static_cast<std::size_t>(param)]);
+    }
+  }
+
+  void backward_of(const Node& n) {
+    {
       if (n.kind == NodeKind::kLoss) {
         const int g = grad_for(n.inputs[0]);
         std::vector<int> uses{n.saved[0], g};
         bwd_op(n.name + ".bwd", 0, sum_bytes(uses), false, uses);
-        continue;
+        return;
       }
       const auto found = grads_.find(n.output);
-      if (found == grads_.end()) continue;  // nothing downstream needs this output's gradient
+      if (found == grads_.end()) return;  // nothing downstream needs this output's gradient
       const int gy = found->second;
       const int grad_w = n.param >= 0 ? params_[static_cast<std::size_t>(n.param)].grad : -1;
       switch (n.kind) {
@@ -426,14 +446,18 @@ class TraceBuilder {
   }
 
   void optimizer() {
-    for (const Param& p : params_) {
-      std::vector<int> uses{p.tensor, p.grad};
-      uses.insert(uses.end(), p.states.begin(), p.states.end());
-      // Reads parameter, gradient and states; writes parameter and states.
-      const double bytes = double(2 * bytes_of(p.tensor) + bytes_of(p.grad)) + 2.0 * sum_bytes(p.states);
-      const char* kind = model_.optimizer == Optimizer::kAdamW ? "optimizer.adamw." : "optimizer.sgd.";
-      op(kind + p.name, Phase::kOptimizer, 0, bytes, false, uses);
-    }
+    for (Param& p : params_)
+      if (!p.stepped) optimizer_step(p);
+  }
+
+  void optimizer_step(Param& p) {
+    std::vector<int> uses{p.tensor, p.grad};
+    uses.insert(uses.end(), p.states.begin(), p.states.end());
+    // Reads parameter, gradient and states; writes parameter and states.
+    const double bytes = double(2 * bytes_of(p.tensor) + bytes_of(p.grad)) + 2.0 * sum_bytes(p.states);
+    const char* kind = model_.optimizer == Optimizer::kAdamW ? "optimizer.adamw." : "optimizer.sgd.";
+    op(kind + p.name, Phase::kOptimizer, 0, bytes, false, uses);
+    p.stepped = true;
   }
 
   const ModelConfig& model_;
@@ -447,6 +471,7 @@ class TraceBuilder {
   std::string prefix_;
   std::vector<Node> nodes_;
   std::unordered_map<int, int> grads_;  // activation tensor -> its gradient tensor
+  bool stepping_in_backward_ = false;   // this micro-batch's backward runs the optimizer
 };
 
 }  // namespace

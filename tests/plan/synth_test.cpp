@@ -140,6 +140,42 @@ TEST(Synth, LifetimesFollowTheTrainingStep) {
   EXPECT_EQ(t.ops[q->uses.back()].phase, trace::Phase::kBackward);
 }
 
+// With the optimizer in the backward pass each parameter steps once, right after the last
+// backward operator of the last micro-batch that adds to its gradient, and before the backward
+// ends; the step's work is the same.
+TEST(Synth, TheOptimizerInTheBackwardPassStepsEachParameterAfterItsLastGradient) {
+  ModelConfig in_backward = tiny(2, 2);
+  in_backward.optimizer_in_backward = true;
+  const auto after = synthesize(tiny(2, 2), gpu_preset("h100"));
+  const auto within = synthesize(in_backward, gpu_preset("h100"));
+  ASSERT_EQ(within.ops.size(), after.ops.size());
+  double after_s = 0, within_s = 0;
+  for (const auto& op : after.ops) after_s += op.duration_s;
+  for (const auto& op : within.ops) within_s += op.duration_s;
+  EXPECT_DOUBLE_EQ(within_s, after_s);
+  trace::OpIndex last_backward = 0;
+  for (trace::OpIndex i = 0; i < within.ops.size(); ++i)
+    if (within.ops[i].phase == trace::Phase::kBackward) last_backward = i;
+  std::size_t steps = 0, steps_before_the_end = 0;
+  for (const auto& x : within.tensors) {
+    if (x.kind != trace::TensorKind::kGradient || !x.persistent) continue;
+    trace::OpIndex last_grad_write = 0, step = 0;
+    for (const auto u : x.uses) {
+      if (within.ops[u].phase == trace::Phase::kBackward) last_grad_write = u;
+      if (within.ops[u].phase == trace::Phase::kOptimizer) {
+        step = u;
+        ++steps;
+      }
+    }
+    EXPECT_GT(step, last_grad_write) << x.name;
+    if (step < last_backward) ++steps_before_the_end;
+  }
+  std::size_t optimizer_ops = 0;
+  for (const auto& op : within.ops) optimizer_ops += op.phase == trace::Phase::kOptimizer;
+  EXPECT_EQ(steps, optimizer_ops);
+  EXPECT_GT(steps_before_the_end, optimizer_ops / 2);  // most step while the backward runs
+}
+
 TEST(Synth, PresetsMatchTheMeasuredWorkloads) {
   const GpuModel h100 = gpu_preset("h100");
   // shared/WORKLOADS.md: W1 ideal 0.320 s, peak 49.7 GiB; W2 ideal 2.035 s, peak 42.5 GiB (H100).

@@ -35,6 +35,9 @@ int run_synth(const std::vector<std::string>& args) {
   opts.add("micro-batches", "micro-batches per optimizer step (gradient accumulation)");
   opts.add("precision", "fp32, bf16-autocast (fp32 parameters) or bf16");
   opts.add("optimizer", "adamw or sgd");
+  opts.add_flag("optimizer-in-backward",
+                "each parameter's optimizer step right after its gradient is complete in the last "
+                "micro-batch's backward pass, not after it");
   opts.add("matmul-efficiency", "override the GPU preset's matmul calibration (share of peak)");
   opts.add("memory-efficiency", "override the GPU preset's memory-bandwidth calibration (share of peak)");
   std::vector<std::string> normalized = args;
@@ -57,6 +60,7 @@ int run_synth(const std::vector<std::string>& args) {
   m.micro_batches = dimension(opts, "micro-batches", m.micro_batches);
   if (opts.has("precision")) m.precision = plan::parse_precision(opts.str("precision"));
   if (opts.has("optimizer")) m.optimizer = plan::parse_optimizer(opts.str("optimizer"));
+  m.optimizer_in_backward = opts.flag("optimizer-in-backward");
   if (m.layers != preset.layers || m.hidden != preset.hidden || m.ffn != preset.ffn ||
       m.heads != preset.heads || m.kv_heads != preset.kv_heads || m.vocab != preset.vocab)
     m.name = preset.name + "-custom";

@@ -39,6 +39,10 @@ struct ModelConfig {
   std::uint32_t micro_batches = 1;  // micro-batches per optimizer step (gradient accumulation)
   Precision precision = Precision::kBf16Autocast;
   Optimizer optimizer = Optimizer::kAdamW;
+  // Each parameter's optimizer operator right after its gradient is complete in the last
+  // micro-batch's backward pass (PyTorch's register_post_accumulate_grad_hook recipe), instead
+  // of all of them after it: its states may then move while earlier layers run their backward.
+  bool optimizer_in_backward = false;
 
   // Throws Error{kInvalidArgument} for a zero dimension or heads that do not divide evenly.
   void validate() const;
