@@ -32,7 +32,10 @@ class CopyLane::Event final : public CopyEvent {
     std::unique_lock lock(lane_->mutex_);
     // Its event may serve another copy by now: nothing to wait for.
     if (copy_->complete) return StreamWait::kDone;
-    if (lane_->options_.device_waits && lane_->serving_plan_ && copy_->marker > lane_->passed_marker_) {
+    // A plan served and the GPU short of the copy's marker: where the waits orders have the
+    // device or the host wait instead of gating the copy.
+    const bool ahead_of_marker = lane_->serving_plan_ && copy_->marker > lane_->passed_marker_;
+    if (lane_->options_.device_waits && ahead_of_marker) {
       if (const auto flag = lane_->await(copy_)) {
         // Outside the lock, as every wait queued on a compute stream here: a stream whose
         // launch queue is full blocks the call until the GPU moves on, which may take a flag
@@ -43,7 +46,7 @@ class CopyLane::Event final : public CopyEvent {
         return StreamWait::kAwaited;
       }
     }
-    if (lane_->options_.host_waits && lane_->serving_plan_ && copy_->marker > lane_->passed_marker_) {
+    if (lane_->options_.host_waits && ahead_of_marker) {
       // The GPU gets to the marker without this thread: the work before it is queued already,
       // and no stream waits for a copy that is not on a stream. The dispatcher, which polls
       // while the copy is scheduled, says when the marker passes.
@@ -183,8 +186,8 @@ CopyLane::Flushed CopyLane::flush_for(Copy& copy, RestOfCopy what_of_rest) {
 }
 
 void CopyLane::unpin(Copy& copy) {
-  if (--copy.pins == 0 && copy.retired_event != nullptr)
-    events_->give_back(std::exchange(copy.retired_event, nullptr));
+  // Complete meanwhile: retire_finished left its event to the last pin.
+  if (--copy.pins == 0 && copy.complete) events_->give_back(std::exchange(copy.done, nullptr));
 }
 
 std::optional<StreamFlags::Flag> CopyLane::await(const std::shared_ptr<Copy>& copy) {
@@ -218,11 +221,10 @@ void CopyLane::retire_finished(std::deque<Queued>& queued) {
     if (rc == cudaErrorNotReady) return;
     Queued done = std::move(queued.front());
     queued.pop_front();
-    // A thread about to make a stream wait for this event (flush_for's caller) keeps it.
-    if (done.last_of && done.last_of->pins > 0)
-      done.last_of->retired_event = done.event;
-    else
-      events_->give_back(done.event);
+    // A thread about to make a stream wait for this event (flush_for's caller) keeps it, as
+    // the copy's `done`, until its unpin.
+    const bool pinned = done.last_of && done.last_of->pins > 0;
+    if (!pinned) events_->give_back(done.event);
     if (!done.last_of) continue;
     Copy& copy = *done.last_of;
     if (rc != cudaSuccess && !copy.error) {
@@ -231,7 +233,7 @@ void CopyLane::retire_finished(std::deque<Queued>& queued) {
           Error(ErrorKind::kCuda, cat(copy.what, ": ", cudaGetErrorName(rc), ": ", cudaGetErrorString(rc))));
     }
     copy.complete = true;
-    copy.done = nullptr;
+    if (!pinned) copy.done = nullptr;
     // Set behind the copy's last chunk, before its event: the flag's setting has run too.
     if (copy.flag) flags_->give_back(*std::exchange(copy.flag, std::nullopt));
     progress_.notify_all();

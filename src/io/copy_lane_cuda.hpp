@@ -91,11 +91,11 @@ class CopyLane : public std::enable_shared_from_this<CopyLane> {
     CopySchedule::Id id = 0;
     char* dst = nullptr;
     const char* src = nullptr;
-    std::uint64_t marker = 0;               // the compute-stream marker it waits for (0: none)
-    cudaEvent_t done = nullptr;             // recorded after its last chunk; the pool's again once complete
+    std::uint64_t marker = 0;  // the compute-stream marker it waits for (0: none)
+    // Recorded after its last chunk; the pool's again once complete and no longer pinned.
+    cudaEvent_t done = nullptr;
     std::optional<StreamFlags::Flag> flag;  // set behind its last chunk: a stream waits on it (await)
     int pins = 0;                           // threads about to make a stream wait for `done` (flush_for)
-    cudaEvent_t retired_event = nullptr;    // `done` once complete while pinned: the pool's at unpin
     bool complete = false;
     std::exception_ptr error;
     std::string what;

@@ -386,62 +386,60 @@ class TraceBuilder {
   }
 
   void backward_of(const Node& n) {
-    {
-      if (n.kind == NodeKind::kLoss) {
-        const int g = grad_for(n.inputs[0]);
-        std::vector<int> uses{n.saved[0], g};
-        bwd_op(n.name + ".bwd", 0, sum_bytes(uses), false, uses);
-        return;
+    if (n.kind == NodeKind::kLoss) {
+      const int g = grad_for(n.inputs[0]);
+      std::vector<int> uses{n.saved[0], g};
+      bwd_op(n.name + ".bwd", 0, sum_bytes(uses), false, uses);
+      return;
+    }
+    const auto found = grads_.find(n.output);
+    if (found == grads_.end()) return;  // nothing downstream needs this output's gradient
+    const int gy = found->second;
+    const int grad_w = n.param >= 0 ? params_[static_cast<std::size_t>(n.param)].grad : -1;
+    switch (n.kind) {
+      case NodeKind::kLinear: {
+        const int gx = grad_for(n.inputs[0]);
+        std::vector<int> dgrad{gy, n.weight_value, gx};
+        bwd_op(n.name + ".bwd_input", n.flops, sum_bytes(dgrad), true, dgrad);
+        std::vector<int> wgrad{gy, n.saved[0], grad_w};
+        bwd_op(n.name + ".bwd_weight", n.flops, sum_bytes(wgrad), true, wgrad);
+        break;
       }
-      const auto found = grads_.find(n.output);
-      if (found == grads_.end()) return;  // nothing downstream needs this output's gradient
-      const int gy = found->second;
-      const int grad_w = n.param >= 0 ? params_[static_cast<std::size_t>(n.param)].grad : -1;
-      switch (n.kind) {
-        case NodeKind::kLinear: {
-          const int gx = grad_for(n.inputs[0]);
-          std::vector<int> dgrad{gy, n.weight_value, gx};
-          bwd_op(n.name + ".bwd_input", n.flops, sum_bytes(dgrad), true, dgrad);
-          std::vector<int> wgrad{gy, n.saved[0], grad_w};
-          bwd_op(n.name + ".bwd_weight", n.flops, sum_bytes(wgrad), true, wgrad);
-          break;
-        }
-        case NodeKind::kEmbedding: {
-          std::vector<int> uses{gy, grad_w};
-          bwd_op(n.name + ".bwd_weight", 0, 2.0 * double(bytes_of(gy)), false, uses);
-          break;
-        }
-        case NodeKind::kAdd:
-          // The gradient passes through unchanged; a second consumer of an input adds into it.
-          for (const int in : n.inputs) {
-            if (grads_.count(in) == 0) {
-              grads_[in] = gy;
-            } else {
-              std::vector<int> uses{gy, grads_[in]};
-              bwd_op(n.name + ".bwd_accumulate", 0, 3.0 * double(bytes_of(gy)), false, uses);
-            }
+      case NodeKind::kEmbedding: {
+        std::vector<int> uses{gy, grad_w};
+        bwd_op(n.name + ".bwd_weight", 0, 2.0 * double(bytes_of(gy)), false, uses);
+        break;
+      }
+      case NodeKind::kAdd:
+        // The gradient passes through unchanged; a second consumer of an input adds into it.
+        for (const int in : n.inputs) {
+          if (grads_.count(in) == 0) {
+            grads_[in] = gy;
+          } else {
+            std::vector<int> uses{gy, grads_[in]};
+            bwd_op(n.name + ".bwd_accumulate", 0, 3.0 * double(bytes_of(gy)), false, uses);
           }
-          break;
-        case NodeKind::kNorm: {
-          const int gx = grad_for(n.inputs[0]);
-          std::vector<int> uses = n.saved;
-          uses.insert(uses.end(), {n.weight_value, gy, gx, grad_w});
-          bwd_op(n.name + ".bwd", 0, sum_bytes({gy, gx, n.saved[0], n.saved[2]}), false, uses);
-          break;
         }
-        case NodeKind::kCast:
-        case NodeKind::kElementwise:
-        case NodeKind::kAttention: {
-          std::vector<int> uses = n.saved;
-          uses.push_back(gy);
-          for (const int in : n.inputs) uses.push_back(grad_for(in));
-          const bool matrix = n.kind == NodeKind::kAttention;
-          // Flash-attention backward recomputes the scores: about 2.5 times the forward work.
-          bwd_op(n.name + ".bwd", matrix ? 2.5 * n.flops : 0, 2.0 * n.bytes, matrix, uses);
-          break;
-        }
-        case NodeKind::kLoss: break;
+        break;
+      case NodeKind::kNorm: {
+        const int gx = grad_for(n.inputs[0]);
+        std::vector<int> uses = n.saved;
+        uses.insert(uses.end(), {n.weight_value, gy, gx, grad_w});
+        bwd_op(n.name + ".bwd", 0, sum_bytes({gy, gx, n.saved[0], n.saved[2]}), false, uses);
+        break;
       }
+      case NodeKind::kCast:
+      case NodeKind::kElementwise:
+      case NodeKind::kAttention: {
+        std::vector<int> uses = n.saved;
+        uses.push_back(gy);
+        for (const int in : n.inputs) uses.push_back(grad_for(in));
+        const bool matrix = n.kind == NodeKind::kAttention;
+        // Flash-attention backward recomputes the scores: about 2.5 times the forward work.
+        bwd_op(n.name + ".bwd", matrix ? 2.5 * n.flops : 0, 2.0 * n.bytes, matrix, uses);
+        break;
+      }
+      case NodeKind::kLoss: break;
     }
   }
 
